@@ -1,0 +1,63 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+PG_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
+APT_PACKAGES := syslog-ng-core syslog-ng-mod-http docker-compose chromium
+
+.PHONY: install system-deps postgres lint test test-sqlite test-postgres demo bench clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+# Debian packages the tests drive: a real log shipper, the compose validator, a browser.
+system-deps:
+	@missing=""; \
+	command -v syslog-ng >/dev/null || missing="$$missing syslog-ng-core"; \
+	[ -e /usr/lib/syslog-ng ] && ls /usr/lib/syslog-ng/*/libhttp.so >/dev/null 2>&1 || missing="$$missing syslog-ng-mod-http"; \
+	command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+# PostgreSQL is the production database: start the local cluster when it is down.
+postgres:
+	@pg_isready -q -h 127.0.0.1 -p 5432 || \
+	  (pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start && sleep 2) || true
+	@if ! pg_isready -q -h 127.0.0.1 -p 5432; then \
+	  if [ "$$CI" = "true" ]; then echo "PostgreSQL at 127.0.0.1:5432 is unreachable" >&2; exit 1; \
+	  else echo "warning: PostgreSQL is unreachable; its tests will skip" >&2; fi; \
+	fi
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+test-sqlite: install
+	$(PY) -m pytest -p no:cacheprovider
+
+test-postgres: install postgres
+	CACHEWATCH_TEST_DATABASE_URL=$(PG_URL) $(PY) -m pytest -p no:cacheprovider
+
+test: install system-deps postgres lint
+	@echo "== tests on SQLite =="
+	$(PY) -m pytest -p no:cacheprovider
+	@echo "== tests on PostgreSQL =="
+	CACHEWATCH_TEST_DATABASE_URL=$(PG_URL) $(PY) -m pytest -p no:cacheprovider
+
+demo: install
+	CACHEWATCH_PUBLIC_READ=true $(VENV)/bin/cachewatch serve --host 127.0.0.1 --port 8000
+
+bench: install
+	$(PY) bench/ingest.py
+
+clean:
+	rm -rf $(VENV) *.egg-info cachewatch.db cachewatch.db-wal cachewatch.db-shm

@@ -1,0 +1,71 @@
+"""Request dependencies: the database session, bearer-token scopes, bounded bodies."""
+
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from sqlalchemy.orm import Session
+
+from service.db import get_session
+from service.ingest.body import BodyTooLarge
+from service.services.tokens import Scope, allows, token_scope
+from service.settings import Settings
+
+# scope="function": the session commits before the response is sent.
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+
+
+def get_app_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+SettingsDep = Annotated[Settings, Depends(get_app_settings)]
+
+AUTH_COOKIE = "cachewatch_token"
+
+
+def _presented_token(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, credentials = header.partition(" ")
+    if scheme.lower() == "bearer" and credentials.strip():
+        return credentials.strip()
+    return request.cookies.get(AUTH_COOKIE)
+
+
+def require_scope(needed: Scope) -> Callable[..., None]:
+    def check(request: Request, session: SessionDep, settings: SettingsDep) -> None:
+        if needed is Scope.READ and settings.public_read:
+            return
+        token = _presented_token(request)
+        if token is None:
+            raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
+        granted = token_scope(session, token[:512])
+        if granted is None:
+            raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
+        if not allows(granted, needed):
+            raise HTTPException(403, f"this token has the `{granted}` scope, not `{needed}`")
+
+    return check
+
+
+IngestAuth = Depends(require_scope(Scope.INGEST))
+ReadAuth = Depends(require_scope(Scope.READ))
+
+
+async def read_bounded_body(request: Request, settings: SettingsDep) -> bytes:
+    """The raw body, refused with 413 as soon as it passes the limit, so an
+    oversized upload is never held in memory whole."""
+    limit = settings.max_body_bytes
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"body is over {limit} bytes")
+    received = bytearray()
+    async for chunk in request.stream():
+        received += chunk
+        if len(received) > limit:
+            raise BodyTooLarge(f"body is over {limit} bytes")
+    return bytes(received)
+
+
+BodyDep = Annotated[bytes, Depends(read_bounded_body)]

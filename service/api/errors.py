@@ -1,0 +1,42 @@
+"""Exceptions mapped to answers. The database being down or locked is a 503 with
+Retry-After (the shipper retries), never a 500."""
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+
+from service.ingest.body import BodyTooLarge
+
+log = logging.getLogger(__name__)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    retry_after = str(app.state.settings.retry_after_s)
+
+    def unavailable(reason: str) -> JSONResponse:
+        return JSONResponse(
+            {"error": f"database unavailable: {reason}; retry later"},
+            status_code=503,
+            headers={"Retry-After": retry_after},
+        )
+
+    @app.exception_handler(BodyTooLarge)
+    async def too_large(_: Request, exc: BodyTooLarge) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=413)
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(InterfaceError)
+    @app.exception_handler(PoolTimeoutError)
+    async def database_down(_: Request, exc: Exception) -> JSONResponse:
+        log.warning("database unavailable: %s", exc)
+        return unavailable(type(exc).__name__)
+
+    @app.exception_handler(DBAPIError)
+    async def database_error(_: Request, exc: DBAPIError) -> JSONResponse:
+        if exc.connection_invalidated:
+            return unavailable("connection lost")
+        log.exception("database error")
+        return JSONResponse({"error": "database error"}, status_code=500)

@@ -1,0 +1,81 @@
+import time
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from service import repository
+from service.api.deps import BodyDep, IngestAuth, ReadAuth, SessionDep
+from service.api.params import TimeParam, parse_time_param
+from service.api.schemas import ErrorAnswer, EventOut
+from service.ingest.records import format_validation_error
+from service.services.events import EventIn, event_to_json, record_event
+
+router = APIRouter(tags=["events"])
+EVENTS_ENDPOINT = "events"
+
+
+@router.post(
+    "/v1/events",
+    dependencies=[IngestAuth],
+    response_model=EventOut | list[EventOut],
+    responses={400: {"model": ErrorAnswer}, 422: {"model": ErrorAnswer}},
+)
+def post_events(body: BodyDep, session: SessionDep) -> Any:
+    """One event or a JSON array of events. The same event posted twice is stored once."""
+    received_us = time.time_ns() // 1000
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        return _reject(session, body, received_us, f"body is not JSON: {exc}", 400)
+    items = payload if isinstance(payload, list) else [payload]
+    try:
+        events = [EventIn.model_validate(item) for item in items]
+    except ValidationError as exc:
+        return _reject(session, body, received_us, format_validation_error(exc), 422)
+    stored = [event_to_json(record_event(session, event)[0]) for event in events]
+    return stored if isinstance(payload, list) else stored[0]
+
+
+def _reject(
+    session: SessionDep, body: bytes, received_us: int, reason: str, status: int
+) -> JSONResponse:
+    repository.add_rejected(
+        session,
+        [
+            {
+                "received_us": received_us,
+                "endpoint": EVENTS_ENDPOINT,
+                "batch_index": None,
+                "request_id": None,
+                "reason": reason[:2000],
+                "raw": body,
+            }
+        ],
+    )
+    return JSONResponse({"error": reason}, status_code=status)
+
+
+@router.get("/v1/events", dependencies=[ReadAuth], response_model=list[EventOut])
+def get_events(
+    session: SessionDep,
+    service: Annotated[str | None, Query(max_length=100)] = None,
+    model: Annotated[str | None, Query(max_length=200)] = None,
+    kind: Annotated[str | None, Query(max_length=20)] = None,
+    from_: TimeParam = None,
+    to: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> list[dict[str, Any]]:
+    """Posted and inferred events, newest first."""
+    events = repository.list_events(
+        session,
+        service=service,
+        model=model,
+        kind=kind,
+        from_us=parse_time_param("from", from_),
+        to_us=parse_time_param("to", to),
+        limit=limit,
+    )
+    return [event_to_json(e) for e in events]

@@ -1,0 +1,14 @@
+from fastapi import APIRouter
+from sqlalchemy import text
+
+from service.api.deps import SessionDep
+from service.api.schemas import Health
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=Health)
+def healthz(session: SessionDep) -> Health:
+    """Ok when the database answers; a 503 (with Retry-After) when it does not."""
+    session.execute(text("SELECT 1"))
+    return Health(status="ok", database=session.get_bind().dialect.name)

@@ -1,0 +1,41 @@
+import time
+
+from fastapi import APIRouter, Header
+from fastapi.responses import JSONResponse
+
+from service.api.deps import BodyDep, IngestAuth, SessionDep, SettingsDep
+from service.api.schemas import ErrorAnswer, IngestAnswer, RecordError
+from service.services.ingestion import ingest_usage
+
+router = APIRouter(tags=["ingestion"])
+
+
+@router.post(
+    "/v1/usage",
+    dependencies=[IngestAuth],
+    response_model=IngestAnswer,
+    responses={400: {"model": ErrorAnswer}, 413: {"model": ErrorAnswer}},
+)
+def post_usage(
+    body: BodyDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    content_encoding: str | None = Header(default=None, max_length=100),
+) -> IngestAnswer | JSONResponse:
+    """NDJSON, a JSON array of records or one record; gzip accepted."""
+    outcome = ingest_usage(
+        session,
+        body,
+        content_encoding=content_encoding,
+        max_decompressed_bytes=settings.max_decompressed_bytes,
+        received_us=time.time_ns() // 1000,
+    )
+    if outcome.undecodable is not None:
+        # Returned, not raised: the session still commits the kept raw body.
+        return JSONResponse({"error": outcome.undecodable}, status_code=400)
+    return IngestAnswer(
+        accepted=outcome.accepted,
+        duplicates=outcome.duplicates,
+        rejected=outcome.rejected,
+        errors=[RecordError(**e) for e in outcome.errors],
+    )

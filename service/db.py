@@ -1,0 +1,69 @@
+"""Engine and session set-up for SQLite (embedded default) and PostgreSQL."""
+
+from collections.abc import Iterator
+from typing import Any
+
+from fastapi import Request
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.settings import Settings
+
+
+def is_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+def make_engine(settings: Settings, *, sqlite_begin: str = "IMMEDIATE", **kwargs: Any) -> Engine:
+    """`sqlite_begin`: IMMEDIATE takes SQLite's write lock when a transaction starts,
+    so a transaction that reads (the token) and then writes waits for the lock
+    (busy_timeout) instead of failing on a stale snapshot; long read-only passes
+    use DEFERRED so they never hold it."""
+    url = settings.database_url
+    if not is_sqlite(url):
+        # pre_ping: after a PostgreSQL restart, stale pooled connections are
+        # replaced instead of failing the first request of each.
+        return create_engine(url, pool_pre_ping=True, **kwargs)
+    engine = create_engine(url, connect_args={"timeout": 30}, **kwargs)
+    busy_ms = settings.sqlite_busy_timeout_ms
+
+    @event.listens_for(engine, "connect")
+    def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+        cursor = dbapi_conn.cursor()
+        # WAL lets the dashboard read while a batch is written; synchronous=FULL
+        # fsyncs the WAL at each commit so an acknowledged batch survives power loss.
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA temp_store=MEMORY")
+        cursor.execute("PRAGMA cache_size=-65536")
+        cursor.close()
+        # Let SQLAlchemy, not pysqlite, open transactions (see the "begin" hook):
+        # pysqlite's own handling breaks SAVEPOINT and delays BEGIN.
+        dbapi_conn.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _sqlite_begin(conn: Any) -> None:
+        conn.exec_driver_sql(f"BEGIN {sqlite_begin}")
+
+    return engine
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """One session per request: committed once when the handler succeeds, rolled
+    back when anything raised. Used with `scope="function"` so the commit happens
+    before the response is sent: a 200 means the data is durable."""
+    session: Session = request.app.state.sessionmaker()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()

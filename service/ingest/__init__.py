@@ -1,0 +1,1 @@
+"""Turning request bodies into validated usage rows (pure functions, no I/O)."""

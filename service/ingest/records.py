@@ -1,0 +1,198 @@
+"""Validation of one usage record (contract section 1) into a storable row."""
+
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
+
+from service.ingest.hashing import hash_key, pack_block_hashes
+from service.ingest.timestamps import parse_ts
+
+MAX_BLOCKS = 8192
+MAX_SEGMENTS = 1024
+MAX_ATTRIBUTES = 32
+
+
+def _name(max_length: int) -> Any:
+    return Field(min_length=1, max_length=max_length)
+
+
+Count = Annotated[StrictInt, Field(ge=0)]
+Millis = Annotated[StrictInt | StrictFloat, Field(ge=0)]
+Label = Annotated[StrictStr, Field(max_length=200)]
+
+
+class Segment(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: Annotated[StrictStr, _name(200)]
+    hash: Annotated[StrictStr, Field(max_length=200)] | StrictInt
+    tokens: Count
+
+
+class UsageRecordIn(BaseModel):
+    """A usage record as sent. Unknown top-level fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+    request_id: Annotated[StrictStr, _name(200)]
+    ts: Annotated[int, BeforeValidator(parse_ts)]
+    service: Annotated[StrictStr, _name(100)]
+    model: Annotated[StrictStr, _name(200)]
+    prompt_tokens: Count
+    cached_tokens: Count = 0
+    completion_tokens: Count | None = None
+    ttft_ms: Millis | None = None
+    latency_ms: Millis | None = None
+    replica: Label | None = None
+    deploy: Label | None = None
+    session_id: Label | None = None
+    cache_key: Label | None = None
+    tenant: Label | None = None
+    block_size: Annotated[StrictInt, Field(gt=0)] | None = None
+    block_hashes: (
+        Annotated[
+            list[Annotated[StrictStr, Field(max_length=200)] | StrictInt],
+            Field(max_length=MAX_BLOCKS),
+        ]
+        | None
+    ) = None
+    prefix_hash: Annotated[StrictStr, _name(200)] | None = None
+    prefix_tokens: Count | None = None
+    segments: Annotated[list[Segment], Field(max_length=MAX_SEGMENTS)] | None = None
+    attributes: (
+        Annotated[
+            dict[StrictStr, StrictStr | StrictBool | StrictInt | StrictFloat],
+            Field(max_length=MAX_ATTRIBUTES),
+        ]
+        | None
+    ) = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_provider_usage(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("usage"), dict):
+            return data
+        return {**provider_usage_fields(data["usage"]), **data}
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> "UsageRecordIn":
+        # PostgreSQL text cannot hold NUL; refuse it here rather than fail the batch.
+        for name in _TEXT_FIELDS:
+            value = getattr(self, name)
+            if value is not None and "\x00" in value:
+                raise ValueError(f"{name} must not contain NUL characters")
+        if self.cached_tokens > self.prompt_tokens:
+            raise ValueError("cached_tokens must not exceed prompt_tokens")
+        if self.block_hashes is not None and self.block_size is None:
+            raise ValueError("block_hashes needs block_size")
+        if self.prefix_hash is not None and self.prefix_tokens is None:
+            raise ValueError("prefix_hash needs prefix_tokens")
+        return self
+
+
+_TEXT_FIELDS = (
+    "request_id",
+    "service",
+    "model",
+    "replica",
+    "deploy",
+    "session_id",
+    "cache_key",
+    "tenant",
+    "prefix_hash",
+)
+
+
+def _count(value: Any) -> Any:
+    """A usage count where null means zero (providers send null for 'none')."""
+    return 0 if value is None else value
+
+
+def provider_usage_fields(usage: dict[str, Any]) -> dict[str, Any]:
+    """The contract's provider table: OpenAI Chat (and vLLM, SGLang), OpenAI
+    Responses, Anthropic Messages. Fields already on the record win over these."""
+    fields: dict[str, Any] = {}
+    if "prompt_tokens" in usage:
+        details = usage.get("prompt_tokens_details") or {}
+        fields["prompt_tokens"] = usage["prompt_tokens"]
+        fields["cached_tokens"] = _count(
+            details.get("cached_tokens") if isinstance(details, dict) else None
+        )
+    elif "input_tokens_details" in usage:
+        details = usage.get("input_tokens_details") or {}
+        fields["prompt_tokens"] = usage.get("input_tokens")
+        fields["cached_tokens"] = _count(
+            details.get("cached_tokens") if isinstance(details, dict) else None
+        )
+    elif "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:
+        read = _count(usage.get("cache_read_input_tokens"))
+        created = _count(usage.get("cache_creation_input_tokens"))
+        base = _count(usage.get("input_tokens"))
+        parts = (base, read, created)
+        if all(isinstance(p, int) and not isinstance(p, bool) for p in parts):
+            fields["prompt_tokens"] = base + read + created
+        else:
+            fields["prompt_tokens"] = (
+                "invalid: input_tokens and cache_*_input_tokens must be integers"
+            )
+        fields["cached_tokens"] = read
+    elif "input_tokens" in usage:
+        # An Anthropic usage object with no cache fields at all: nothing was cached.
+        fields["prompt_tokens"] = usage["input_tokens"]
+    for name in ("completion_tokens", "output_tokens"):
+        if usage.get(name) is not None:
+            fields["completion_tokens"] = usage[name]
+            break
+    return fields
+
+
+def format_validation_error(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors(include_url=False, include_input=False):
+        where = ".".join(str(p) for p in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(parts)
+
+
+def to_row(record: UsageRecordIn, received_us: int) -> dict[str, Any]:
+    """The validated record as a `usage_records` row."""
+    return {
+        "request_id": record.request_id,
+        "ts_us": record.ts,
+        "received_us": received_us,
+        "service": record.service,
+        "model": record.model,
+        "prompt_tokens": record.prompt_tokens,
+        "cached_tokens": record.cached_tokens,
+        "completion_tokens": record.completion_tokens,
+        "ttft_ms": record.ttft_ms,
+        "latency_ms": record.latency_ms,
+        "replica": record.replica,
+        "deploy": record.deploy,
+        "session_id": record.session_id,
+        "cache_key": record.cache_key,
+        "tenant": record.tenant,
+        "block_size": record.block_size,
+        "block_hashes": (
+            pack_block_hashes(record.block_hashes) if record.block_hashes is not None else None
+        ),
+        "prefix_hash": record.prefix_hash,
+        "prefix_key": hash_key(record.prefix_hash) if record.prefix_hash is not None else None,
+        "prefix_tokens": record.prefix_tokens,
+        "segments": (
+            [s.model_dump() for s in record.segments] if record.segments is not None else None
+        ),
+        "attributes": record.attributes,
+    }

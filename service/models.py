@@ -1,0 +1,129 @@
+"""The schema. Times are integer microseconds since the epoch (UTC): they sort and
+bucket as plain integers on both SQLite and PostgreSQL and load into Polars
+without any timezone parsing."""
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Deterministic constraint names: Alembic's batch mode on SQLite recreates tables
+# and can only drop or alter constraints it can name.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class UsageRecord(Base):
+    """One LLM request as the calling application saw it (contract section 1).
+
+    `id` is the arrival order: it breaks ties between equal `ts_us`.
+
+    `block_hashes` is stored as one blob of little-endian int64 keys (see
+    `service.ingest.hashing`): the analytics read millions of rows and turn each blob
+    into a NumPy view with no per-element parsing, 8 bytes a block instead of a
+    JSON string. `segments` and `attributes` are read rarely (diagnosis, display)
+    and stay JSON.
+    """
+
+    __tablename__ = "usage_records"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    request_id: Mapped[str] = mapped_column(String(200), unique=True)
+    ts_us: Mapped[int] = mapped_column(BigInteger)
+    received_us: Mapped[int] = mapped_column(BigInteger)
+    service: Mapped[str] = mapped_column(String(100))
+    model: Mapped[str] = mapped_column(String(200))
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger)
+    completion_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    ttft_ms: Mapped[float | None] = mapped_column(Float)
+    latency_ms: Mapped[float | None] = mapped_column(Float)
+    replica: Mapped[str | None] = mapped_column(String(200))
+    deploy: Mapped[str | None] = mapped_column(String(200))
+    session_id: Mapped[str | None] = mapped_column(String(200))
+    cache_key: Mapped[str | None] = mapped_column(String(200))
+    tenant: Mapped[str | None] = mapped_column(String(200))
+    block_size: Mapped[int | None] = mapped_column(Integer)
+    block_hashes: Mapped[bytes | None] = mapped_column(LargeBinary)
+    prefix_hash: Mapped[str | None] = mapped_column(String(200))
+    # int64 key of `prefix_hash`, same keying as `block_hashes`.
+    prefix_key: Mapped[int | None] = mapped_column(BigInteger)
+    prefix_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    segments: Mapped[list[dict[str, object]] | None] = mapped_column(JSON)
+    attributes: Mapped[dict[str, object] | None] = mapped_column(JSON)
+
+    __table_args__ = (
+        Index("ix_usage_records_model_ts", "model", "ts_us", "id"),
+        Index("ix_usage_records_service_ts", "service", "ts_us"),
+    )
+
+
+class ChangeEvent(Base):
+    """A deploy, replica-count, config change or note, posted or inferred (section 3)."""
+
+    __tablename__ = "change_events"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    ts_us: Mapped[int] = mapped_column(BigInteger)
+    service: Mapped[str] = mapped_column(String(100))
+    kind: Mapped[str] = mapped_column(String(20))
+    model: Mapped[str | None] = mapped_column(String(200))
+    deploy: Mapped[str | None] = mapped_column(String(200))
+    replicas: Mapped[int | None] = mapped_column(Integer)
+    description: Mapped[str | None] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(String(10))
+    # Hash of the event's content: posting the same event twice stores it once.
+    dedupe_key: Mapped[str] = mapped_column(String(64), unique=True)
+    created_us: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (Index("ix_change_events_service_ts", "service", "ts_us"),)
+
+
+class ApiToken(Base):
+    """A bearer token; only its SHA-256 is stored, so a database leak leaks no token."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200))
+    scope: Mapped[str] = mapped_column(String(10))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_us: Mapped[int] = mapped_column(BigInteger)
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class RejectedRecord(Base):
+    """Input that could not be stored, kept verbatim (bytes) with the reason."""
+
+    __tablename__ = "rejected_records"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    received_us: Mapped[int] = mapped_column(BigInteger)
+    endpoint: Mapped[str] = mapped_column(String(50))
+    batch_index: Mapped[int | None] = mapped_column(Integer)
+    request_id: Mapped[str | None] = mapped_column(String(200))
+    reason: Mapped[str] = mapped_column(Text)
+    raw: Mapped[bytes] = mapped_column(LargeBinary)
+
+    __table_args__ = (Index("ix_rejected_records_received", "received_us"),)

@@ -1,0 +1,89 @@
+"""Change events (contract section 3): deploys, replica counts, config changes, notes."""
+
+import hashlib
+import time
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, model_validator
+from sqlalchemy.orm import Session
+
+from service import repository
+from service.ingest.timestamps import parse_ts, us_to_rfc3339
+from service.models import ChangeEvent
+
+EventKind = Literal["deploy", "replicas", "config", "note"]
+
+
+class EventIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    ts: Annotated[int, BeforeValidator(parse_ts)]
+    service: Annotated[str, Field(min_length=1, max_length=100)]
+    kind: EventKind
+    model: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    deploy: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    replicas: Annotated[StrictInt, Field(ge=0, le=1_000_000)] | None = None
+    description: Annotated[str, Field(max_length=4000)] | None = None
+
+    @model_validator(mode="after")
+    def _required_by_kind(self) -> "EventIn":
+        if self.kind == "deploy" and self.deploy is None:
+            raise ValueError("a deploy event needs `deploy`, the new release tag")
+        if self.kind == "replicas" and self.replicas is None:
+            raise ValueError("a replicas event needs `replicas`, the new replica count")
+        for name in ("service", "model", "deploy", "description"):
+            value = getattr(self, name)
+            if value is not None and "\x00" in value:
+                raise ValueError(f"{name} must not contain NUL characters")
+        return self
+
+
+def dedupe_key(fields: dict[str, Any]) -> str:
+    """Same content, same key: the event's identity for idempotent posting."""
+    identity = {
+        k: fields.get(k)
+        for k in (
+            "ts_us",
+            "service",
+            "kind",
+            "model",
+            "deploy",
+            "replicas",
+            "description",
+            "source",
+        )
+    }
+    return hashlib.sha256(orjson.dumps(identity, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def record_event(
+    session: Session, event: EventIn, source: str = "posted"
+) -> tuple[ChangeEvent, bool]:
+    row: dict[str, Any] = {
+        "ts_us": event.ts,
+        "service": event.service,
+        "kind": event.kind,
+        "model": event.model,
+        "deploy": event.deploy,
+        "replicas": event.replicas,
+        "description": event.description,
+        "source": source,
+    }
+    row["dedupe_key"] = dedupe_key(row)
+    row["created_us"] = time.time_ns() // 1000
+    return repository.insert_event(session, row)
+
+
+def event_to_json(event: ChangeEvent) -> dict[str, Any]:
+    return {
+        "id": event.id,
+        "ts": us_to_rfc3339(event.ts_us),
+        "service": event.service,
+        "kind": event.kind,
+        "model": event.model,
+        "deploy": event.deploy,
+        "replicas": event.replicas,
+        "description": event.description,
+        "source": event.source,
+    }

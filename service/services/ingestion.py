@@ -1,0 +1,103 @@
+"""POST /v1/usage: decode a body, validate each record, store the new ones and keep
+every rejected one with its reason."""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+
+from service import repository
+from service.ingest.body import BodyItem, UndecodableBody, decompress, split_records
+from service.ingest.records import UsageRecordIn, format_validation_error, to_row
+
+MAX_REPORTED_ERRORS = 100
+USAGE_ENDPOINT = "usage"
+
+
+@dataclass
+class IngestOutcome:
+    accepted: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    # Set when the body could not be decoded at all (the answer is 400).
+    undecodable: str | None = None
+
+
+def ingest_usage(
+    session: Session,
+    body: bytes,
+    *,
+    content_encoding: str | None,
+    max_decompressed_bytes: int,
+    received_us: int,
+) -> IngestOutcome:
+    try:
+        items = split_records(decompress(body, content_encoding, max_decompressed_bytes))
+    except UndecodableBody as exc:
+        repository.add_rejected(
+            session,
+            [_rejected_row(received_us, None, None, str(exc), body)],
+        )
+        return IngestOutcome(rejected=1, undecodable=str(exc))
+
+    outcome = IngestOutcome()
+    rows: list[dict[str, Any]] = []
+    rejected_rows: list[dict[str, Any]] = []
+    seen_ids: set[str] = set()
+    for item in items:
+        row, reason = _validate(item, received_us)
+        if row is None:
+            request_id = _request_id_of(item.value)
+            reason = reason or "invalid record"
+            rejected_rows.append(
+                _rejected_row(received_us, item.index, request_id, reason, item.verbatim())
+            )
+            if len(outcome.errors) < MAX_REPORTED_ERRORS:
+                outcome.errors.append(
+                    {"index": item.index, "request_id": request_id, "error": reason}
+                )
+        elif row["request_id"] in seen_ids:
+            outcome.duplicates += 1  # a repeat within this body: first one wins
+        else:
+            seen_ids.add(row["request_id"])
+            rows.append(row)
+
+    outcome.accepted = repository.insert_usage_rows(session, rows)
+    outcome.duplicates += len(rows) - outcome.accepted
+    outcome.rejected = len(rejected_rows)
+    repository.add_rejected(session, rejected_rows)
+    return outcome
+
+
+def _validate(item: BodyItem, received_us: int) -> tuple[dict[str, Any] | None, str | None]:
+    if item.error is not None:
+        return None, item.error
+    if not isinstance(item.value, dict):
+        return None, "a record must be a JSON object"
+    try:
+        return to_row(UsageRecordIn.model_validate(item.value), received_us), None
+    except ValidationError as exc:
+        return None, format_validation_error(exc)
+
+
+def _request_id_of(value: Any) -> str | None:
+    if isinstance(value, dict):
+        request_id = value.get("request_id")
+        if isinstance(request_id, str) and 0 < len(request_id) <= 200 and "\x00" not in request_id:
+            return request_id
+    return None
+
+
+def _rejected_row(
+    received_us: int, index: int | None, request_id: str | None, reason: str, raw: bytes
+) -> dict[str, Any]:
+    return {
+        "received_us": received_us,
+        "endpoint": USAGE_ENDPOINT,
+        "batch_index": index,
+        "request_id": request_id,
+        "reason": reason[:2000],
+        "raw": raw,
+    }

@@ -1,0 +1,31 @@
+"""All configuration, read once from `CACHEWATCH_*` environment variables."""
+
+from functools import lru_cache
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MiB = 1024 * 1024
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CACHEWATCH_", extra="ignore")
+
+    database_url: str = "sqlite:///./cachewatch.db"
+    reuse_window_s: float = Field(3600.0, gt=0)
+    detect_bucket_s: int = Field(300, gt=0)
+    detect_interval_s: int = Field(300, gt=0)
+    slack_webhook_url: str | None = None
+    public_url: str = "http://127.0.0.1:8000"
+    public_read: bool = False
+    max_body_bytes: int = Field(10 * MiB, gt=0)
+    max_decompressed_bytes: int = Field(64 * MiB, gt=0)
+    retention_days: int = Field(30, gt=0)
+    # How long a writer waits for SQLite's lock before the request answers 503.
+    sqlite_busy_timeout_ms: int = Field(5000, ge=0)
+    retry_after_s: int = Field(5, ge=1)
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

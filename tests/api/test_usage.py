@@ -1,0 +1,168 @@
+import gzip
+import zlib
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.models import RejectedRecord, UsageRecord
+
+
+def record(i: int, **extra: object) -> dict[str, object]:
+    return {
+        "request_id": f"req-{i}",
+        "ts": 1_700_000_000 + i,
+        "service": "assistant",
+        "model": "m",
+        "prompt_tokens": 1000,
+        "cached_tokens": 500,
+        **extra,
+    }
+
+
+def ndjson(records: list[dict[str, object]]) -> bytes:
+    return b"\n".join(orjson.dumps(r) for r in records) + b"\n"
+
+
+def stored_count(session: Session) -> int:
+    return session.scalar(select(func.count()).select_from(UsageRecord)) or 0
+
+
+def test_ndjson_batch_posted_twice_is_stored_once(
+    client: TestClient, ingest_headers: dict[str, str], session: Session
+) -> None:
+    body = ndjson([record(i) for i in range(50)])
+    first = client.post("/v1/usage", content=body, headers=ingest_headers)
+    second = client.post("/v1/usage", content=body, headers=ingest_headers)
+    assert first.json() == {"accepted": 50, "duplicates": 0, "rejected": 0, "errors": []}
+    assert second.json() == {"accepted": 0, "duplicates": 50, "rejected": 0, "errors": []}
+    assert stored_count(session) == 50
+
+
+def test_duplicate_request_id_inside_one_batch_stores_the_first(
+    client: TestClient, ingest_headers: dict[str, str], session: Session
+) -> None:
+    body = ndjson([record(1, prompt_tokens=1010), record(1, prompt_tokens=1020), record(2)])
+    answer = client.post("/v1/usage", content=body, headers=ingest_headers).json()
+    assert answer["accepted"] == 2 and answer["duplicates"] == 1
+    stored = session.scalars(select(UsageRecord).where(UsageRecord.request_id == "req-1")).one()
+    assert stored.prompt_tokens == 1010
+
+
+def test_thousand_lines_with_three_malformed(
+    client: TestClient,
+    ingest_headers: dict[str, str],
+    read_headers: dict[str, str],
+    session: Session,
+) -> None:
+    lines = [orjson.dumps(record(i)) for i in range(1000)]
+    lines[10] = b'{"request_id": "req-10", "ts": '  # truncated JSON
+    lines[500] = orjson.dumps(record(500, cached_tokens=5000))  # more cached than prompt
+    lines[999] = orjson.dumps({k: v for k, v in record(999).items() if k != "model"})
+    answer = client.post("/v1/usage", content=b"\n".join(lines), headers=ingest_headers).json()
+    assert answer["accepted"] == 997
+    assert answer["rejected"] == 3
+    assert [e["index"] for e in answer["errors"]] == [10, 500, 999]
+    assert answer["errors"][0]["request_id"] is None
+    assert "not valid JSON" in answer["errors"][0]["error"]
+    assert answer["errors"][1]["request_id"] == "req-500"
+    assert "cached_tokens" in answer["errors"][1]["error"]
+    assert "model" in answer["errors"][2]["error"]
+    assert stored_count(session) == 997
+
+    rejected = client.get("/v1/rejected", headers=read_headers).json()
+    raws = {r["raw"] for r in rejected}
+    assert {lines[10].decode(), lines[500].decode(), lines[999].decode()} <= raws
+
+
+def test_array_and_single_object_bodies_whatever_the_content_type(
+    client: TestClient, ingest_headers: dict[str, str], session: Session
+) -> None:
+    headers = {**ingest_headers, "Content-Type": "application/x-www-form-urlencoded"}
+    array = client.post("/v1/usage", content=orjson.dumps([record(1), record(2)]), headers=headers)
+    single = client.post("/v1/usage", content=orjson.dumps(record(3)), headers=headers)
+    assert array.json()["accepted"] == 2
+    assert single.json()["accepted"] == 1
+    assert stored_count(session) == 3
+
+
+def test_records_keep_their_order_within_a_body(
+    client: TestClient, ingest_headers: dict[str, str], session: Session
+) -> None:
+    records = [record(i, ts=1_700_000_000) for i in (5, 3, 9, 1)]
+    client.post("/v1/usage", content=ndjson(records), headers=ingest_headers)
+    order = session.scalars(select(UsageRecord.request_id).order_by(UsageRecord.id)).all()
+    assert order == ["req-5", "req-3", "req-9", "req-1"]
+
+
+def test_gzip_body(client: TestClient, ingest_headers: dict[str, str]) -> None:
+    body = gzip.compress(ndjson([record(i) for i in range(20)]))
+    headers = {**ingest_headers, "Content-Encoding": "gzip"}
+    assert client.post("/v1/usage", content=body, headers=headers).json()["accepted"] == 20
+
+
+@pytest.mark.parametrize(
+    ("body", "encoding", "reason"),
+    [
+        (b"\x1f\x8b\x08\x00garbage", "gzip", "gzip"),
+        (gzip.compress(b'{"request_id": "a"}\n')[:-12], "gzip", "truncated"),
+        (b'{"request_id": "a", "ts": 1', None, "JSON"),
+        (b'[{"request_id": "a"}, {"request', None, "JSON"),
+        (b"hello world", None, "JSON"),
+        (b"   ", None, "empty"),
+    ],
+)
+def test_undecodable_bodies_are_400_and_kept(
+    client: TestClient,
+    ingest_headers: dict[str, str],
+    session: Session,
+    body: bytes,
+    encoding: str | None,
+    reason: str,
+) -> None:
+    headers = dict(ingest_headers)
+    if encoding:
+        headers["Content-Encoding"] = encoding
+    answer = client.post("/v1/usage", content=body, headers=headers)
+    assert answer.status_code == 400
+    assert reason in answer.json()["error"]
+    kept = session.scalars(select(RejectedRecord)).all()
+    assert [r.raw for r in kept] == [body]
+
+
+def test_body_over_the_limit_is_413(client: TestClient, ingest_headers: dict[str, str]) -> None:
+    body = b" " * (11 * 1024 * 1024)
+    assert client.post("/v1/usage", content=body, headers=ingest_headers).status_code == 413
+
+
+def test_gzip_bomb_is_413(client: TestClient, ingest_headers: dict[str, str]) -> None:
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+    bomb = compressor.compress(b"\n" * (65 * 1024 * 1024)) + compressor.flush()
+    assert len(bomb) < 200 * 1024
+    headers = {**ingest_headers, "Content-Encoding": "gzip"}
+    assert client.post("/v1/usage", content=bomb, headers=headers).status_code == 413
+
+
+def test_auth(
+    client: TestClient, read_headers: dict[str, str], ingest_headers: dict[str, str], make_token
+) -> None:  # type: ignore[no-untyped-def]
+    body = ndjson([record(1)])
+    assert client.post("/v1/usage", content=body).status_code == 401
+    bad = {"Authorization": "Bearer cw_not-a-token"}
+    assert client.post("/v1/usage", content=body, headers=bad).status_code == 401
+    assert client.post("/v1/usage", content=body, headers=read_headers).status_code == 403
+    assert client.get("/v1/rejected", headers=ingest_headers).status_code == 403
+    admin = {"Authorization": f"Bearer {make_token('admin')}"}
+    assert client.post("/v1/usage", content=body, headers=admin).status_code == 200
+    assert client.get("/v1/rejected", headers=admin).status_code == 200
+
+
+def test_errors_list_is_capped_but_counts_are_exact(
+    client: TestClient, ingest_headers: dict[str, str]
+) -> None:
+    body = b"\n".join([b'{"x": 1}'] * 150 + [orjson.dumps(record(1))])
+    answer = client.post("/v1/usage", content=body, headers=ingest_headers).json()
+    assert answer["rejected"] == 150 and answer["accepted"] == 1
+    assert len(answer["errors"]) == 100
