@@ -88,7 +88,7 @@ def split_records(data: bytes | bytearray) -> list[BodyItem]:
         return [BodyItem(i, value) for i, value in enumerate(values)]
     if text.startswith(b"{"):
         try:
-            return [BodyItem(0, orjson.loads(text))]
+            return [BodyItem(0, orjson.loads(text), raw=text)]
         except orjson.JSONDecodeError:
             pass  # several objects: NDJSON
     return _split_ndjson(text)

@@ -1,0 +1,59 @@
+import gzip
+import zlib
+
+import orjson
+import pytest
+
+from service.ingest.body import BodyTooLarge, UndecodableBody, decompress, split_records
+
+
+def test_ndjson_keeps_lines_verbatim_and_skips_blank_ones() -> None:
+    items = split_records(b'{"a": 1}\r\n\n  \n{"a": 2} \n{"a": \n')
+    assert [i.index for i in items] == [0, 1, 2]
+    assert items[0].value == {"a": 1} and items[0].raw == b'{"a": 1}'
+    assert items[1].raw == b'{"a": 2} '
+    assert items[2].error is not None and items[2].raw == b'{"a": '
+
+
+def test_array_and_single_object() -> None:
+    assert [i.value for i in split_records(b' [{"a": 1}, 2]')] == [{"a": 1}, 2]
+    assert [i.value for i in split_records(b'\xef\xbb\xbf{"a": 1}')] == [{"a": 1}]
+    assert split_records(b"[1]")[0].verbatim() == b"1"
+
+
+def test_a_body_with_no_json_at_all_is_undecodable() -> None:
+    with pytest.raises(UndecodableBody):
+        split_records(b"nope\nstill nope")
+
+
+def test_gzip_members_and_magic_detection() -> None:
+    body = gzip.compress(b'{"a": 1}\n') + gzip.compress(b'{"a": 2}\n')
+    assert decompress(body, None, 1000) == b'{"a": 1}\n{"a": 2}\n'
+    assert decompress(body, "gzip", 1000) == b'{"a": 1}\n{"a": 2}\n'
+
+
+def test_gzip_bomb_stops_at_the_limit() -> None:
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+    bomb = compressor.compress(b"\0" * (10 * 1024 * 1024)) + compressor.flush()
+    with pytest.raises(BodyTooLarge):
+        decompress(bomb, "gzip", 1024 * 1024)
+
+
+def test_plain_body_over_the_decompressed_limit() -> None:
+    with pytest.raises(BodyTooLarge):
+        decompress(b"x" * 11, None, 10)
+
+
+@pytest.mark.parametrize(
+    ("body", "encoding"),
+    [(b"\x1f\x8bnot gzip", None), (gzip.compress(b"{}")[:-4], "gzip"), (b"{}", "br")],
+)
+def test_bad_encodings(body: bytes, encoding: str | None) -> None:
+    with pytest.raises(UndecodableBody):
+        decompress(body, encoding, 1000)
+
+
+def test_large_ndjson_round_trip() -> None:
+    lines = [orjson.dumps({"i": i}) for i in range(10_000)]
+    items = split_records(b"\n".join(lines))
+    assert [i.value["i"] for i in items] == list(range(10_000))
