@@ -3,9 +3,11 @@ import zlib
 
 import orjson
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, func, select
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
 
 from service.models import RejectedRecord, UsageRecord
 
@@ -166,3 +168,20 @@ def test_errors_list_is_capped_but_counts_are_exact(
     answer = client.post("/v1/usage", content=body, headers=ingest_headers).json()
     assert answer["rejected"] == 150 and answer["accepted"] == 1
     assert len(answer["errors"]) == 100
+
+
+def test_a_failed_commit_is_never_acknowledged(
+    app: FastAPI, connection: Connection, ingest_headers: dict[str, str], session: Session
+) -> None:
+    class CommitFails(Session):
+        def commit(self) -> None:
+            raise OperationalError("COMMIT", {}, Exception("disk I/O error"))
+
+    app.state.sessionmaker = sessionmaker(
+        bind=connection, class_=CommitFails, join_transaction_mode="create_savepoint"
+    )
+    with TestClient(app, raise_server_exceptions=False) as failing:
+        answer = failing.post("/v1/usage", content=ndjson([record(1)]), headers=ingest_headers)
+    assert answer.status_code == 503
+    assert answer.headers["Retry-After"]
+    assert stored_count(session) == 0
