@@ -53,6 +53,16 @@ def serve(
     )
 
 
+@app.command()
+def worker() -> None:
+    """Run the background jobs (analytics pass, detection, alerts) until stopped."""
+    from service import worker as jobs
+
+    settings = get_settings()
+    migrate()
+    jobs.run_forever(make_sessionmaker(make_engine(settings)), settings)
+
+
 @token_app.command("create")
 def token_create(
     scope: Annotated[ScopeChoice, typer.Option(help="What the token may do.")],

@@ -13,6 +13,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -76,6 +77,7 @@ class UsageRecord(Base):
     __table_args__ = (
         Index("ix_usage_records_model_ts", "model", "ts_us", "id"),
         Index("ix_usage_records_service_ts", "service", "ts_us"),
+        Index("ix_usage_records_session_ts", "session_id", "ts_us"),
     )
 
 
@@ -127,3 +129,99 @@ class RejectedRecord(Base):
     raw: Mapped[bytes] = mapped_column(LargeBinary)
 
     __table_args__ = (Index("ix_rejected_records_received", "received_us"),)
+
+
+class AnalyticsCursor(Base):
+    """How far the analytics pass has read `usage_records` (by arrival id)."""
+
+    __tablename__ = "analytics_cursor"
+
+    name: Mapped[str] = mapped_column(String(50), primary_key=True)
+    last_id: Mapped[int] = mapped_column(BigInteger)
+    updated_us: Mapped[int] = mapped_column(BigInteger)
+
+
+class AnalyticsState(Base):
+    """The incremental pass's memory: recent block sightings and the previous
+    request of each session, serialized (see `service.analytics.state`)."""
+
+    __tablename__ = "analytics_state"
+
+    name: Mapped[str] = mapped_column(String(50), primary_key=True)
+    max_ts_us: Mapped[int] = mapped_column(BigInteger)
+    state: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+def _count() -> Mapped[int]:
+    return mapped_column(BigInteger, default=0)
+
+
+class Rollup(Base):
+    """Sums per time bucket and (service, model, deploy, replica); `grain_s` is 60 or
+    3600 (hourly rows keep month-long queries small). Empty deploy/replica is ''
+    so that the unique key also holds for requests that sent none."""
+
+    __tablename__ = "rollups"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    grain_s: Mapped[int] = mapped_column(Integer)
+    bucket_us: Mapped[int] = mapped_column(BigInteger)
+    service: Mapped[str] = mapped_column(String(100))
+    model: Mapped[str] = mapped_column(String(200))
+    deploy: Mapped[str] = mapped_column(String(200))
+    replica: Mapped[str] = mapped_column(String(200))
+    requests: Mapped[int] = _count()
+    prompt_tokens: Mapped[int] = _count()
+    cached_tokens: Mapped[int] = _count()
+    fp_requests: Mapped[int] = _count()
+    fp_prompt_tokens: Mapped[int] = _count()
+    fp_cached_tokens: Mapped[int] = _count()
+    cacheable_tokens: Mapped[int] = _count()
+    rewarm_tokens: Mapped[int] = _count()
+    rewarms_concurrent: Mapped[int] = _count()
+    rewarms_routing: Mapped[int] = _count()
+    rewarms_eviction: Mapped[int] = _count()
+    rewarms_unknown: Mapped[int] = _count()
+    rewarm_tokens_concurrent: Mapped[int] = _count()
+    rewarm_tokens_routing: Mapped[int] = _count()
+    rewarm_tokens_eviction: Mapped[int] = _count()
+    rewarm_tokens_unknown: Mapped[int] = _count()
+    session_requests: Mapped[int] = _count()
+    history_rewrites: Mapped[int] = _count()
+    opening_fp_prompt_tokens: Mapped[int] = _count()
+    opening_cacheable_tokens: Mapped[int] = _count()
+    hits: Mapped[int] = _count()
+    misses: Mapped[int] = _count()
+    ttft_hit: Mapped[bytes | None] = mapped_column(LargeBinary)
+    ttft_miss: Mapped[bytes | None] = mapped_column(LargeBinary)
+
+    __table_args__ = (
+        UniqueConstraint("grain_s", "model", "bucket_us", "service", "deploy", "replica"),
+        Index("ix_rollups_grain_service_bucket", "grain_s", "service", "bucket_us"),
+    )
+
+
+class PrefixRollup(Base):
+    """Sums per bucket and leading prefix (first block key): distinct prefixes per
+    bucket (unique_prefix_ratio) and the top prefixes by tokens."""
+
+    __tablename__ = "prefix_rollups"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    grain_s: Mapped[int] = mapped_column(Integer)
+    bucket_us: Mapped[int] = mapped_column(BigInteger)
+    service: Mapped[str] = mapped_column(String(100))
+    model: Mapped[str] = mapped_column(String(200))
+    replica: Mapped[str] = mapped_column(String(200))
+    first_key: Mapped[int] = mapped_column(BigInteger)
+    requests: Mapped[int] = _count()
+    prompt_tokens: Mapped[int] = _count()
+    cached_tokens: Mapped[int] = _count()
+    cacheable_tokens: Mapped[int] = _count()
+    rewarms: Mapped[int] = _count()
+    rewarm_tokens: Mapped[int] = _count()
+
+    __table_args__ = (
+        UniqueConstraint("grain_s", "model", "bucket_us", "service", "first_key", "replica"),
+        Index("ix_prefix_rollups_grain_service_bucket", "grain_s", "service", "bucket_us"),
+    )

@@ -24,6 +24,11 @@ class Settings(BaseSettings):
     # How long a writer waits for SQLite's lock before the request answers 503.
     sqlite_busy_timeout_ms: int = Field(5000, ge=0)
     retry_after_s: int = Field(5, ge=1)
+    # Run the background jobs (analytics pass, detection, alerts) inside `serve`.
+    # With several API replicas, leave it on everywhere or on one: each job takes a
+    # database lock, so it runs once at a time either way.
+    run_jobs: bool = True
+    analytics_interval_s: int = Field(30, gt=0)
 
 
 @lru_cache

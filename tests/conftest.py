@@ -95,7 +95,7 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def settings(database_url: str) -> Settings:
-    return Settings(database_url=database_url, sqlite_busy_timeout_ms=2000)
+    return Settings(database_url=database_url, sqlite_busy_timeout_ms=2000, run_jobs=False)
 
 
 @pytest.fixture(scope="session")

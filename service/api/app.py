@@ -1,20 +1,38 @@
 """The FastAPI application."""
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from fastapi import FastAPI
 
+from service import worker
 from service.api.errors import install_error_handlers
-from service.api.routers import events, health, rejected, usage
+from service.api.routers import events, health, metrics, rejected, usage
 from service.db import make_engine, make_sessionmaker
 from service.settings import Settings, get_settings
 
 
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    scheduler = (
+        worker.start_background(app.state.sessionmaker, settings) if settings.run_jobs else None
+    )
+    try:
+        yield
+    finally:
+        if scheduler is not None:
+            scheduler.shutdown(wait=False)
+        app.state.engine.dispose()
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    app = FastAPI(title="cachewatch", version="0.1.0")
+    app = FastAPI(title="cachewatch", version="0.1.0", lifespan=_lifespan)
     app.state.settings = settings
     app.state.engine = make_engine(settings)
     app.state.sessionmaker = make_sessionmaker(app.state.engine)
     install_error_handlers(app)
-    for module in (usage, events, rejected, health):
+    for module in (usage, events, rejected, metrics, health):
         app.include_router(module.router)
     return app

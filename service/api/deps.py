@@ -45,6 +45,10 @@ def require_scope(needed: Scope) -> Callable[..., None]:
             raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
         if not allows(granted, needed):
             raise HTTPException(403, f"this token has the `{granted}` scope, not `{needed}`")
+        # End the lookup's transaction: on SQLite it holds the write lock (BEGIN
+        # IMMEDIATE), which would otherwise stay held while the body is parsed and
+        # validated, serializing concurrent batches on pure CPU work.
+        session.commit()
 
     return check
 

@@ -13,6 +13,22 @@ from service.ingest.body import BodyTooLarge
 log = logging.getLogger(__name__)
 
 
+# SQLite reports a missing table and a held lock with the same exception class;
+# only these mean "try again later". PostgreSQL's OperationalError is always about
+# the connection or the server's state.
+_SQLITE_TRANSIENT = ("locked", "busy", "unable to open", "disk i/o", "readonly", "full")
+
+
+def is_unavailable(exc: Exception) -> bool:
+    if isinstance(exc, PoolTimeoutError | InterfaceError):
+        return True
+    message = str(getattr(exc, "orig", exc)).lower()
+    module = type(getattr(exc, "orig", exc)).__module__
+    if module.startswith("sqlite3"):
+        return any(word in message for word in _SQLITE_TRANSIENT)
+    return True
+
+
 def install_error_handlers(app: FastAPI) -> None:
     retry_after = str(app.state.settings.retry_after_s)
 
@@ -31,6 +47,9 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(InterfaceError)
     @app.exception_handler(PoolTimeoutError)
     async def database_down(_: Request, exc: Exception) -> JSONResponse:
+        if not is_unavailable(exc):
+            log.error("database error", exc_info=exc)
+            return JSONResponse({"error": "database error"}, status_code=500)
         log.warning("database unavailable: %s", exc)
         return unavailable(type(exc).__name__)
 

@@ -12,6 +12,7 @@ import orjson
 _GZIP_MAGIC = b"\x1f\x8b"
 _BOM = b"\xef\xbb\xbf"
 _WHITESPACE = b" \t\r\n"
+_INFLATE_PIECE = 1 << 20
 
 
 class BodyTooLarge(Exception):
@@ -58,11 +59,17 @@ def _gunzip_bounded(data: bytes, limit: int) -> bytearray:
         while remaining:  # concatenated gzip members are one stream (RFC 1952)
             inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
             pending = remaining
-            while pending and not inflater.eof:
-                out += inflater.decompress(pending, limit + 1 - len(out))
+            while not inflater.eof:
+                # Inflate in small pieces appended in place: a whole-limit piece
+                # would be a second copy, doubling the peak memory of a gzip bomb.
+                piece = inflater.decompress(pending, min(_INFLATE_PIECE, limit + 1 - len(out)))
+                out += piece
                 if len(out) > limit:
                     raise BodyTooLarge(f"decompressed body is over {limit} bytes")
+                progressed = piece or len(inflater.unconsumed_tail) < len(pending)
                 pending = inflater.unconsumed_tail
+                if not progressed:
+                    break  # input used up before the end of the stream
             if not inflater.eof:
                 raise UndecodableBody("gzip stream is truncated")
             remaining = inflater.unused_data.lstrip(b"\x00")

@@ -1,0 +1,411 @@
+"""Per-request values of contract section 4, vectorized.
+
+`compute_request_metrics` gives, for every request, the values the rollups sum:
+`cacheable_tokens`, `rewarm_tokens`, `is_rewarm` with its `rewarm_cause`,
+`history_rewrite`, `is_hit`, plus `fingerprinted` and the first-block key for
+`unique_prefix_ratio`.
+
+How: every block occurrence becomes a row (request, key, position). A stable sort
+by (model, kind, key) keeps time order within each key, so the previous row of a
+key is the most recent earlier request that carried it ("each use refreshes the
+window": only the most recent one matters). A block is *seen* when that previous
+request started at most W before. The leading run of seen blocks per request is
+then a search over each request's contiguous rows. Rewarm causes need one more
+sort, only over the keys that some rewarm's deepest seen block has, by
+(key, replica). No Python loop runs per block.
+
+Conventions where the contract is silent (all mirrored by the reference
+implementation in tests/analytics/reference.py):
+
+* a `prefix_hash` (`prefix_key`) is one block of `prefix_tokens` tokens (null: 0)
+  in its own key space, never equal to a block hash. A request with both
+  `block_hashes` and `prefix_key` is measured on its blocks; its `prefix_key`
+  still counts as carried, so later prefix-only requests can see it;
+* empty `block_hashes` count as none; a null `block_size` as 0 tokens a block;
+* a block repeated within one request is not "seen" by its own earlier copy;
+* `history_rewrite`: the previous request of the session is taken across models;
+  when it has no `block_hashes` the request is not a rewrite (nothing to compare);
+* non-fingerprinted requests get 0 cacheable and rewarm tokens, never a rewarm.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from service.analytics._arrays import (
+    I64,
+    UNBOUNDED_US,
+    Bools,
+    Ints,
+    Occurrences,
+    codes,
+    index_dtype,
+    ints,
+    leading_true,
+    offsets_of,
+    previous_occurrences,
+    unpack_blobs,
+    window_us,
+    within,
+)
+from service.analytics.sessions import session_history
+from service.analytics.state import (
+    ENTRY_SCHEMA,
+    LateRecordsError,
+    ReuseState,
+    late_mask,
+    plan_recompute,
+)
+
+#: Rewarms below this many tokens are caching granularity, not a lost prefix.
+REWARM_MIN_TOKENS = 128
+
+CAUSES = ("concurrent", "routing", "eviction", "unknown")
+_CONCURRENT, _ROUTING, _EVICTION, _UNKNOWN = 1, 2, 3, 4
+
+INPUT_SCHEMA: dict[str, pl.DataType] = {
+    "id": pl.Int64(),
+    "ts_us": pl.Int64(),
+    "model": pl.String(),
+    "prompt_tokens": pl.Int64(),
+    "cached_tokens": pl.Int64(),
+    "ttft_ms": pl.Float64(),
+    "replica": pl.String(),
+    "session_id": pl.String(),
+    "block_size": pl.Int64(),
+    "block_hashes": pl.Binary(),
+    "prefix_key": pl.Int64(),
+    "prefix_tokens": pl.Int64(),
+}
+
+#: Columns of the per-request result, one row per request in (ts_us, id) order.
+RESULT_SCHEMA: dict[str, pl.DataType] = {
+    "id": pl.Int64(),
+    "ts_us": pl.Int64(),
+    "fingerprinted": pl.Boolean(),
+    "seen_blocks": pl.Int64(),  # length of the leading run of seen blocks
+    "cacheable_tokens": pl.Int64(),
+    "rewarm_tokens": pl.Int64(),
+    "is_rewarm": pl.Boolean(),
+    "rewarm_cause": pl.String(),  # concurrent | routing | eviction | unknown | null
+    "history_rewrite": pl.Boolean(),
+    # No session_id, or the first request of its session (contract section 5).
+    "is_opening": pl.Boolean(),
+    "is_hit": pl.Boolean(),
+    "first_key": pl.Int64(),  # first block hash, or prefix_key; null if not fingerprinted
+    "first_key_is_prefix": pl.Boolean(),
+}
+
+
+def _prepare(frame: pl.DataFrame) -> pl.DataFrame:
+    """The columns the pass reads, typed, sorted by (ts_us, id)."""
+    cols = [
+        (pl.col(c) if c in frame.columns else pl.lit(None)).cast(t).alias(c)
+        for c, t in INPUT_SCHEMA.items()
+    ]
+    out = frame.select(cols)
+    if out.height > 1:
+        ts = out["ts_us"].to_numpy()
+        ids = out["id"].to_numpy()
+        in_order = (ts[1:] > ts[:-1]) | ((ts[1:] == ts[:-1]) & (ids[1:] > ids[:-1]))
+        if not in_order.all():
+            out = out[np.lexsort((ids, ts))]
+    return out
+
+
+def compute_request_metrics(
+    frame: pl.DataFrame, window_s: float, state: ReuseState | None = None
+) -> tuple[pl.DataFrame, ReuseState]:
+    """Per-request values of contract section 4 for `frame`, after `state`.
+
+    `frame` holds records as stored (see INPUT_SCHEMA; missing optional columns
+    count as null). The result has RESULT_SCHEMA, one row per request in
+    (ts_us, id) order. The new state continues the pass: feeding consecutive
+    batches gives the same results as one pass over all of them. A batch with
+    records at or before the state's watermark raises `LateRecordsError`; see
+    `service.analytics.state` for the recompute path.
+    """
+    w_us = window_us(window_s)
+    if state is None:
+        state = ReuseState.empty(w_us)
+    elif state.window_us != w_us:
+        raise ValueError(f"state was built for W={state.window_us} us, not {w_us} us")
+    req = _prepare(frame)
+    n = req.height
+    if n == 0:
+        return pl.DataFrame(schema=RESULT_SCHEMA), state
+    ts = req["ts_us"].to_numpy().astype(np.int64, copy=False)
+    ids = req["id"].to_numpy().astype(np.int64, copy=False)
+    if late_mask(state, ts, ids).any():
+        plan = plan_recompute(state, req)
+        assert plan is not None
+        raise LateRecordsError(plan)
+
+    reuse = _reuse(req, ts, ids, state, w_us)
+    rewrite, opening, sessions = session_history(req, ts, ids, reuse.flat, reuse.counts, state)
+
+    prompt = ints(req["prompt_tokens"])
+    cached = ints(req["cached_tokens"])
+    has_blocks = reuse.counts > 0
+    has_prefix = req["prefix_key"].is_not_null().to_numpy()
+    fingerprinted = has_blocks | has_prefix
+    first_key = np.where(
+        has_blocks,
+        reuse.flat[np.minimum(offsets_of(reuse.counts), max(len(reuse.flat) - 1, 0))]
+        if len(reuse.flat)
+        else 0,
+        ints(req["prefix_key"]),
+    )
+    cause = pl.Series("rewarm_cause", reuse.cause).replace_strict(
+        {i + 1: name for i, name in enumerate(CAUSES)}, default=None, return_dtype=pl.String
+    )
+    results = pl.DataFrame(
+        {
+            "id": ids,
+            "ts_us": ts,
+            "fingerprinted": fingerprinted,
+            "seen_blocks": reuse.seen_blocks,
+            "cacheable_tokens": reuse.cacheable,
+            "rewarm_tokens": reuse.rewarm_tokens,
+            "is_rewarm": reuse.cause > 0,
+            "rewarm_cause": cause,
+            "history_rewrite": rewrite,
+            "is_opening": opening,
+            # cached >= prompt / 2, in integers.
+            "is_hit": 2 * cached >= prompt,
+            "first_key": first_key,
+            "first_key_is_prefix": ~has_blocks & has_prefix,
+        }
+    ).with_columns(
+        pl.when(pl.col("fingerprinted")).then(pl.col(c)).otherwise(None).alias(c)
+        for c in ("first_key", "first_key_is_prefix")
+    )
+    new_state = ReuseState(
+        window_us=w_us,
+        watermark=(int(ts[-1]), int(ids[-1])),
+        entries=reuse.entries,
+        sessions=sessions,
+    )
+    return results, new_state
+
+
+class _Reuse:
+    """Outputs of the window part of the pass (arrays in request order)."""
+
+    def __init__(self) -> None:
+        self.flat: I64 = np.zeros(0, dtype=np.int64)
+        self.counts: I64 = np.zeros(0, dtype=np.int64)
+        self.seen_blocks: I64 = np.zeros(0, dtype=np.int64)
+        self.cacheable: I64 = np.zeros(0, dtype=np.int64)
+        self.rewarm_tokens: I64 = np.zeros(0, dtype=np.int64)
+        self.cause: np.ndarray = np.zeros(0, dtype=np.int8)
+        self.entries: pl.DataFrame = pl.DataFrame(schema=ENTRY_SCHEMA)
+
+
+def _reuse(req: pl.DataFrame, ts: I64, ids: I64, state: ReuseState, w_us: int) -> _Reuse:
+    """Seen blocks, cacheable and rewarm tokens, rewarm causes, the new entries."""
+    out = _Reuse()
+    n = req.height
+    flat, counts = unpack_blobs(req["block_hashes"])
+    has_prefix = req["prefix_key"].is_not_null().to_numpy()
+    entries, idle = _split_entries(state.entries, flat, req["prefix_key"].to_numpy()[has_prefix])
+    n_src_state = entries.height
+    model_state, model_req = codes(entries["model"], req["model"])
+    rep_state, rep_req = codes(entries["replica"], req["replica"])
+
+    # Sources: the remembered entries (time-sorted, all before this batch), then
+    # the batch's requests. Each block occurrence row points at its source.
+    src_ts = np.concatenate([entries["ts_us"].to_numpy(), ts]).astype(np.int64)
+    src_ttft = np.concatenate(
+        [
+            entries["ttft_ms"].fill_null(np.nan).to_numpy(),
+            req["ttft_ms"].fill_null(np.nan).to_numpy(),
+        ]
+    ).astype(np.float64)
+    src_rep = np.concatenate([rep_state, rep_req])
+
+    n_blocks = len(flat)
+    has_prefix = req["prefix_key"].is_not_null().to_numpy()
+    prefix_req = np.flatnonzero(has_prefix)
+    keys = np.concatenate(
+        [entries["key"].to_numpy(), flat, req["prefix_key"].to_numpy()[prefix_req]]
+    ).astype(np.int64)
+    del flat  # the view below keeps the blocks; the joined blobs can go
+    out.flat, out.counts = keys[n_src_state : n_src_state + n_blocks], counts
+    n_rows = len(keys)
+    idx = index_dtype(n_src_state + n)
+    source = np.concatenate(
+        [
+            np.arange(n_src_state, dtype=idx),
+            np.repeat(np.arange(n_src_state, n_src_state + n, dtype=idx), counts),
+            (n_src_state + prefix_req).astype(idx),
+        ]
+    )
+    # Group = (model, kind): block hashes and prefix keys never match each other.
+    groups = np.concatenate(
+        [
+            model_state * 2 + entries["kind"].to_numpy().astype(np.int32),
+            np.repeat(model_req * 2, counts),
+            model_req[prefix_req] * 2 + 1,
+        ]
+    ).astype(np.int32)
+    occ = previous_occurrences(keys, groups, source)
+    seen = np.empty(n_rows, dtype=np.bool_)
+    seen[occ.perm] = within(src_ts, occ.source, occ.prev_source, w_us)
+
+    # Leading run of seen blocks: over the contiguous block rows of each request.
+    block_off = offsets_of(counts)
+    has_blocks = counts > 0
+    run = np.zeros(n, dtype=np.int64)
+    seen_blocks = seen[n_src_state : n_src_state + n_blocks]
+    run[has_blocks] = leading_true(seen_blocks, block_off[has_blocks], counts[has_blocks])
+    prefix_row = np.full(n, -1, dtype=np.int64)
+    prefix_row[prefix_req] = n_src_state + n_blocks + np.arange(len(prefix_req))
+    prefix_only = has_prefix & ~has_blocks
+    run[prefix_only] = seen[prefix_row[prefix_only]]
+    del seen, seen_blocks
+
+    prompt = ints(req["prompt_tokens"])
+    cached = ints(req["cached_tokens"])
+    block_size = ints(req["block_size"])
+    prefix_tokens = ints(req["prefix_tokens"])
+    cacheable = np.where(
+        has_blocks,
+        np.minimum(prompt, run * block_size),
+        np.where(prefix_only, np.minimum(prompt, run * prefix_tokens), 0),
+    )
+    fingerprinted = has_blocks | has_prefix
+    rewarm_tokens = np.where(fingerprinted, np.maximum(0, cacheable - cached), 0)
+    # rewarm_tokens >= max(128, cacheable / 10), in integers.
+    is_rewarm = (
+        fingerprinted & (rewarm_tokens >= REWARM_MIN_TOKENS) & (10 * rewarm_tokens >= cacheable)
+    )
+    out.seen_blocks, out.cacheable, out.rewarm_tokens = run, cacheable, rewarm_tokens
+
+    # Causes, at the deepest seen block (the last of the leading run; a rewarm
+    # has cacheable >= 128 > 0, so the run is not empty).
+    cause = np.zeros(n, dtype=np.int8)
+    rw = np.flatnonzero(is_rewarm)
+    deep = np.where(
+        has_blocks[rw], n_src_state + block_off[rw] + run[rw] - 1, prefix_row[rw]
+    ).astype(np.int64)
+    prev_row = np.empty(n_rows, dtype=occ.prev_source.dtype)
+    prev_row[occ.perm] = occ.prev_source
+    last = prev_row[deep]
+    del prev_row
+    gap = ts[rw] - src_ts[last]
+    # The most recent earlier carrier was still in prefill (null ttft: NaN, False).
+    concurrent = gap < src_ttft[last] * 1000.0
+    cause[rw[concurrent]] = _CONCURRENT
+    no_replica = ~concurrent & (rep_req[rw] < 0)
+    cause[rw[no_replica]] = _UNKNOWN
+    ask = ~concurrent & ~no_replica
+    if ask.any():
+        on_replica = _same_replica_within(occ, deep[ask], src_ts, src_rep, w_us)
+        cause[rw[ask]] = np.where(on_replica, _EVICTION, _ROUTING)
+    out.cause = cause
+    del occ
+
+    fresh = _new_entries(req, entries, keys, groups, source, src_ts, src_rep, ids, w_us)
+    if idle.height:
+        newest = int(src_ts[-1])
+        cutoff = newest - w_us if w_us < UNBOUNDED_US else None
+        if cutoff is not None:
+            idle = idle.filter(pl.col("ts_us") >= cutoff)
+        fresh = pl.concat([idle, fresh])
+    out.entries = fresh
+    return out
+
+
+def _split_entries(
+    entries: pl.DataFrame, block_keys: I64, prefix_keys: I64
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The entries this batch may meet (their key is in the batch: any model, a
+    superset is harmless), sorted by (ts_us, id); and the idle rest, which only
+    needs pruning. Keeps a small batch's cost independent of the state's size."""
+    if entries.height == 0:
+        return entries, entries
+    kind = entries["kind"].to_numpy()
+    key = entries["key"].to_numpy()
+    active = ((kind == 0) & np.isin(key, block_keys)) | ((kind == 1) & np.isin(key, prefix_keys))
+    mask = pl.Series(active)
+    touched = entries.filter(mask)
+    if touched.height:
+        touched = touched[np.lexsort((touched["id"].to_numpy(), touched["ts_us"].to_numpy()))]
+    return touched, entries.filter(~mask)
+
+
+def _same_replica_within(
+    occ: Occurrences, rows: I64, src_ts: I64, src_rep: Ints, w_us: int
+) -> Bools:
+    """For each row, whether an earlier source on the row's replica carried the
+    row's key at most W before the row's source.
+
+    Only the keys asked about are re-sorted, by (key, replica), keeping time order."""
+    n_rows = len(occ.perm)
+    gid = occ.group_ids()
+    is_query = np.zeros(n_rows, dtype=np.bool_)
+    is_query[rows] = True
+    q_pos = np.flatnonzero(is_query[occ.perm])  # sorted positions of the asked rows
+    del is_query
+    q_row = occ.perm[q_pos]
+    wanted = np.zeros(int(gid[-1]) + 1, dtype=np.bool_)
+    wanted[gid[q_pos]] = True
+    cand = np.flatnonzero(wanted[gid])
+    cand_src = occ.source[cand]
+    n_rep = int(src_rep.max()) + 2
+    key2 = gid[cand].astype(np.int64) * n_rep + (src_rep[cand_src] + 1)
+    del gid
+    occ2 = previous_occurrences(key2, None, cand_src)
+    inv2 = np.empty(len(cand), dtype=np.int64)
+    inv2[occ2.perm] = np.arange(len(cand))
+    prev = occ2.prev_source[inv2[np.searchsorted(cand, q_pos)]]
+    ok = within(src_ts, occ.source[q_pos], prev, w_us)
+    # Back to the caller's order of `rows`.
+    result = np.empty(len(rows), dtype=np.bool_)
+    result[np.argsort(rows)] = ok[np.argsort(q_row)]
+    return result
+
+
+def _new_entries(
+    req: pl.DataFrame,
+    entries: pl.DataFrame,
+    keys: I64,
+    groups: Ints,
+    source: Ints,
+    src_ts: I64,
+    src_rep: Ints,
+    ids: I64,
+    w_us: int,
+) -> pl.DataFrame:
+    """Latest occurrence per (model, kind, key, replica), pruned of the ones over
+    W older than the newest request: they can never be seen again."""
+    # Sources are in time order, so the ones within W are a suffix.
+    first_kept = 0
+    if w_us < UNBOUNDED_US:
+        first_kept = int(np.searchsorted(src_ts, int(src_ts[-1]) - w_us))
+    keep = source >= first_kept
+    kept_src = source[keep]
+    rows = pl.DataFrame(
+        {"g": groups[keep], "key": keys[keep], "rep": src_rep[kept_src], "src": kept_src}
+    )
+    latest = rows.group_by(["g", "key", "rep"]).agg(pl.col("src").max()).sort("src")
+    src = latest["src"].to_numpy()
+    models = pl.concat([entries["model"], req["model"]])
+    replicas = pl.concat([entries["replica"], req["replica"]])
+    all_ids = np.concatenate([entries["id"].to_numpy(), ids]).astype(np.int64)
+    ttft = pl.concat([entries["ttft_ms"], req["ttft_ms"]])
+    at = pl.Series(src)
+    return pl.DataFrame(
+        {
+            "model": models.gather(at),
+            "kind": (latest["g"] % 2).cast(pl.Int8),
+            "key": latest["key"],
+            "replica": replicas.gather(at),
+            "ts_us": src_ts[src],
+            "id": all_ids[src],
+            "ttft_ms": ttft.gather(at),
+        },
+        schema=ENTRY_SCHEMA,
+    )

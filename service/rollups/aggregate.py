@@ -1,0 +1,145 @@
+"""Per-request analytics results -> rollup rows, and merging rollup rows.
+
+Input frame columns (records joined with `service.analytics` results): ts_us,
+service, model, deploy, replica, prompt_tokens, cached_tokens, ttft_ms,
+fingerprinted, cacheable_tokens, rewarm_tokens, rewarm_cause, history_rewrite,
+session_continuation, opening, is_hit, first_key."""
+
+import polars as pl
+
+from service.rollups import histogram
+
+ROLLUP_KEYS = ["grain_s", "bucket_us", "service", "model", "deploy", "replica"]
+PREFIX_KEYS = ["grain_s", "bucket_us", "service", "model", "first_key", "replica"]
+CAUSES = ("concurrent", "routing", "eviction", "unknown")
+
+_fp = pl.col("fingerprinted")
+
+
+def _sum_when(condition: pl.Expr, value: pl.Expr | int = 1) -> pl.Expr:
+    value_expr = pl.lit(value) if isinstance(value, int) else value
+    return pl.when(condition).then(value_expr).otherwise(0).sum().cast(pl.Int64)
+
+
+_SUMS: list[pl.Expr] = [
+    pl.len().cast(pl.Int64).alias("requests"),
+    pl.col("prompt_tokens").sum().cast(pl.Int64),
+    pl.col("cached_tokens").sum().cast(pl.Int64),
+    _sum_when(_fp).alias("fp_requests"),
+    _sum_when(_fp, pl.col("prompt_tokens")).alias("fp_prompt_tokens"),
+    _sum_when(_fp, pl.col("cached_tokens")).alias("fp_cached_tokens"),
+    pl.col("cacheable_tokens").sum().cast(pl.Int64),
+    pl.col("rewarm_tokens").sum().cast(pl.Int64),
+    *[_sum_when(pl.col("rewarm_cause") == c).alias(f"rewarms_{c}") for c in CAUSES],
+    *[
+        _sum_when(pl.col("rewarm_cause") == c, pl.col("rewarm_tokens")).alias(f"rewarm_tokens_{c}")
+        for c in CAUSES
+    ],
+    _sum_when(pl.col("session_continuation")).alias("session_requests"),
+    _sum_when(pl.col("history_rewrite")).alias("history_rewrites"),
+    _sum_when(_fp & pl.col("opening"), pl.col("prompt_tokens")).alias("opening_fp_prompt_tokens"),
+    _sum_when(_fp & pl.col("opening"), pl.col("cacheable_tokens")).alias(
+        "opening_cacheable_tokens"
+    ),
+    _sum_when(pl.col("is_hit")).alias("hits"),
+    _sum_when(~pl.col("is_hit")).alias("misses"),
+]
+SUM_COLUMNS = [e.meta.output_name() for e in _SUMS]
+
+
+def _bucketed(frame: pl.DataFrame, grain_s: int) -> pl.DataFrame:
+    grain_us = grain_s * 1_000_000
+    return frame.with_columns(
+        pl.lit(grain_s, pl.Int32).alias("grain_s"),
+        ((pl.col("ts_us") // grain_us) * grain_us).alias("bucket_us"),
+        pl.col("deploy").fill_null(""),
+        pl.col("replica").fill_null(""),
+    )
+
+
+def rollup_sums(frame: pl.DataFrame, grain_s: int) -> pl.DataFrame:
+    return _bucketed(frame, grain_s).group_by(ROLLUP_KEYS).agg(_SUMS)
+
+
+def ttft_counts(frame: pl.DataFrame, grain_s: int) -> pl.DataFrame:
+    """Long form (keys, is_hit, bin, count): the mergeable shape of TTFT histograms."""
+    return (
+        _bucketed(frame, grain_s)
+        .filter(pl.col("ttft_ms").is_not_null())
+        .with_columns(histogram.bin_expr(pl.col("ttft_ms")).alias("bin"))
+        .group_by([*ROLLUP_KEYS, "is_hit", "bin"])
+        .agg(pl.len().cast(pl.Int64).alias("count"))
+    )
+
+
+def prefix_sums(frame: pl.DataFrame, grain_s: int) -> pl.DataFrame:
+    return (
+        _bucketed(frame, grain_s)
+        .filter(pl.col("first_key").is_not_null())
+        .group_by(PREFIX_KEYS)
+        .agg(
+            pl.len().cast(pl.Int64).alias("requests"),
+            pl.col("prompt_tokens").sum().cast(pl.Int64),
+            pl.col("cached_tokens").sum().cast(pl.Int64),
+            pl.col("cacheable_tokens").sum().cast(pl.Int64),
+            pl.col("rewarm_cause").is_not_null().sum().cast(pl.Int64).alias("rewarms"),
+            pl.col("rewarm_tokens").sum().cast(pl.Int64),
+        )
+    )
+
+
+def explode_histograms(rows: pl.DataFrame) -> pl.DataFrame:
+    """Stored rollup rows -> long-form TTFT counts, to merge with new ones."""
+    parts = []
+    for outcome, column in ((True, "ttft_hit"), (False, "ttft_miss")):
+        for row in rows.select([*ROLLUP_KEYS, column]).iter_rows(named=True):
+            bins, counts = histogram.decode(row[column])
+            if len(bins):
+                keys = {k: row[k] for k in ROLLUP_KEYS}
+                parts.append(
+                    pl.DataFrame({"bin": bins, "count": counts.astype("int64")}).with_columns(
+                        *[pl.lit(v).alias(k) for k, v in keys.items()],
+                        pl.lit(outcome).alias("is_hit"),
+                    )
+                )
+    return pl.concat(parts, how="diagonal_relaxed") if parts else _empty_counts()
+
+
+def _empty_counts() -> pl.DataFrame:
+    return pl.DataFrame(
+        schema={
+            "grain_s": pl.Int32,
+            "bucket_us": pl.Int64,
+            "service": pl.Utf8,
+            "model": pl.Utf8,
+            "deploy": pl.Utf8,
+            "replica": pl.Utf8,
+            "is_hit": pl.Boolean,
+            "bin": pl.UInt16,
+            "count": pl.Int64,
+        }
+    )
+
+
+def finish(sums: pl.DataFrame, counts: pl.DataFrame) -> pl.DataFrame:
+    """Rollup rows ready to store: sums (summed again per key, so several partial
+    frames may be concatenated first) with their encoded TTFT histograms."""
+    totals = sums.group_by(ROLLUP_KEYS).agg(pl.col(SUM_COLUMNS).sum())
+    counts = counts.with_columns(pl.col("grain_s").cast(pl.Int32), pl.col("bin").cast(pl.UInt16))
+    merged = counts.group_by([*ROLLUP_KEYS, "is_hit", "bin"]).agg(pl.col("count").sum())
+    encoded = merged.group_by([*ROLLUP_KEYS, "is_hit"]).agg(pl.col("bin"), pl.col("count"))
+    blobs = {True: {}, False: {}}  # type: dict[bool, dict[tuple[object, ...], bytes]]
+    for row in encoded.iter_rows(named=True):
+        key = tuple(row[k] for k in ROLLUP_KEYS)
+        blobs[row["is_hit"]][key] = histogram.encode(row["bin"], row["count"])
+    keys = totals.select(ROLLUP_KEYS).rows()
+    return totals.with_columns(
+        pl.Series("ttft_hit", [blobs[True].get(k) for k in keys], pl.Binary),
+        pl.Series("ttft_miss", [blobs[False].get(k) for k in keys], pl.Binary),
+    )
+
+
+def merge_prefix(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    combined = pl.concat(frames, how="diagonal_relaxed")
+    value_columns = [c for c in combined.columns if c not in PREFIX_KEYS and c != "id"]
+    return combined.group_by(PREFIX_KEYS).agg(pl.col(value_columns).sum())

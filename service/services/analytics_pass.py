@@ -1,0 +1,150 @@
+"""The incremental analytics pass: records committed since the cursor -> per-request
+values (`service.analytics`) -> rollups.
+
+Forward case: the new records all sort after the state's watermark; they are
+computed with the saved state and added into the rollups (only the tail buckets
+already exist, and those are merged).
+
+Late records (a `ts` before the watermark, e.g. one shipper lagging behind
+another): results from the hour of the earliest late record on are rebuilt. The
+records from W before that hour are reloaded, the state is rewound, and every
+rollup from that hour on is replaced (see `service.analytics.state`). Exact, at the
+cost of reloading about one hour plus W of traffic for that pass."""
+
+import time
+from dataclasses import dataclass
+
+import polars as pl
+from sqlalchemy.orm import Session
+
+from service import repository
+from service.analytics.requests import compute_request_metrics
+from service.analytics.state import RecomputePlan, ReuseState
+from service.rollups import aggregate
+from service.settings import Settings
+
+CURSOR = "usage"
+STATE = "reuse"
+GRAINS_S = (60, 3600)
+_HOUR_US = 3600 * 1_000_000
+
+
+@dataclass(frozen=True)
+class PassReport:
+    records: int
+    recomputed_from_us: int | None
+
+
+def catch_up(session: Session, settings: Settings) -> PassReport:
+    """Bring the rollups up to every committed record. Idempotent; one at a time."""
+    repository.take_analytics_lock(session)
+    high = repository.max_usage_id(session)
+    low = repository.get_cursor(session, CURSOR)
+    if high <= low:
+        return PassReport(0, None)
+    blob = repository.get_state(session, STATE)
+    state = ReuseState.from_bytes(blob) if blob else None
+    batch = repository.load_usage_frame(session, after_id=low, up_to_id=high)
+    window_s = settings.reuse_window_s
+    if state is not None and state.window_us != round(window_s * 1_000_000):
+        # W changed: everything is recomputed under the new window.
+        state, recompute_from = None, 0
+    else:
+        recompute_from = _late_from(state, batch)
+
+    if recompute_from is None:
+        results, state = compute_request_metrics(batch, window_s, state)
+        _add_to_rollups(session, batch, results)
+    else:
+        assert state is not None or recompute_from == 0
+        state = _recompute(session, state, recompute_from, high, window_s)
+
+    assert state is not None
+    watermark_ts = state.watermark[0] if state.watermark else 0
+    repository.put_state(session, STATE, watermark_ts, state.to_bytes())
+    repository.set_cursor(session, CURSOR, high, time.time_ns() // 1000)
+    return PassReport(batch.height, recompute_from)
+
+
+def _late_from(state: ReuseState | None, batch: pl.DataFrame) -> int | None:
+    """The hour from which results must be rebuilt, or None for a forward pass."""
+    if state is None or state.watermark is None or batch.is_empty():
+        return None
+    wts, wid = state.watermark
+    late = batch.filter(
+        (pl.col("ts_us") < wts) | ((pl.col("ts_us") == wts) & (pl.col("id") <= wid))
+    )
+    if late.is_empty():
+        return None
+    earliest = int(late["ts_us"].min())  # type: ignore[arg-type]
+    return (earliest // _HOUR_US) * _HOUR_US
+
+
+def _plan_from(state: ReuseState, from_us: int) -> RecomputePlan:
+    """A recompute of every result from `from_us` on (the start of the hour of the
+    earliest late record, so whole rollup buckets are rebuilt)."""
+    reload_from = None if state.unbounded else from_us - state.window_us
+    seeds: tuple[str, ...] = ()
+    if reload_from is not None:
+        dropped = state.sessions.filter(pl.col("ts_us") >= reload_from)["session_id"]
+        seeds = tuple(sorted(dropped.to_list()))
+    return RecomputePlan(from_us, reload_from, seeds)
+
+
+def _recompute(
+    session: Session, state: ReuseState | None, from_us: int, high: int, window_s: float
+) -> ReuseState:
+    if state is None:
+        plan_state, reload_from, seeds = None, None, ()
+    else:
+        plan = _plan_from(state, from_us)
+        plan_state, reload_from, seeds = (
+            state.rewind(plan),
+            plan.reload_from_ts_us,
+            plan.seed_sessions,
+        )
+    frame = repository.load_usage_frame(session, from_us=reload_from, up_to_id=high)
+    if seeds and reload_from is not None:
+        seed_rows = repository.load_session_seeds(session, seeds, reload_from, high)
+        frame = pl.concat([seed_rows, frame]).unique("id", keep="first")
+    results, new_state = compute_request_metrics(frame, window_s, plan_state)
+    repository.delete_rollups_from(session, from_us)
+    _add_to_rollups(session, frame, results.filter(pl.col("ts_us") >= from_us))
+    return new_state
+
+
+def _add_to_rollups(session: Session, records: pl.DataFrame, results: pl.DataFrame) -> None:
+    if results.is_empty():
+        return
+    joined = (
+        records.drop("ts_us")
+        .join(results, on="id", how="inner")
+        .with_columns(
+            (
+                pl.col("session_id").is_not_null()
+                & ~pl.col("is_opening")
+                & pl.col("block_hashes").is_not_null()
+            ).alias("session_continuation"),
+            pl.col("is_opening").alias("opening"),
+        )
+    )
+    first_bucket_us = int(joined["ts_us"].min())  # type: ignore[arg-type]
+    for grain in GRAINS_S:
+        grain_us = grain * 1_000_000
+        start = (first_bucket_us // grain_us) * grain_us
+        existing = repository.take_rollups(session, repository.ROLLUP_TABLE, grain, start)
+        sums = pl.concat(
+            [
+                aggregate.rollup_sums(joined, grain),
+                existing.select(aggregate.ROLLUP_KEYS + aggregate.SUM_COLUMNS),
+            ],
+            how="diagonal_relaxed",
+        )
+        counts = pl.concat(
+            [aggregate.ttft_counts(joined, grain), aggregate.explode_histograms(existing)],
+            how="diagonal_relaxed",
+        )
+        repository.insert_rollups(session, repository.ROLLUP_TABLE, aggregate.finish(sums, counts))
+        existing_prefix = repository.take_rollups(session, repository.PREFIX_TABLE, grain, start)
+        prefix = aggregate.merge_prefix([aggregate.prefix_sums(joined, grain), existing_prefix])
+        repository.insert_rollups(session, repository.PREFIX_TABLE, prefix)

@@ -1,0 +1,138 @@
+"""GET /v1/metrics: rollups re-bucketed to the asked bucket, with the contract's
+ratios computed from summed numerators and denominators (never averaged ratios)."""
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+from sqlalchemy.orm import Session
+
+from service import repository
+from service.ingest.timestamps import us_to_rfc3339
+from service.rollups import histogram
+from service.rollups.aggregate import CAUSES, SUM_COLUMNS
+
+MINUTE_S = 60
+HOUR_S = 3600
+DAY_S = 86_400
+_HOUR_US = HOUR_S * 1_000_000
+
+
+@dataclass(frozen=True)
+class MetricsQuery:
+    service: str | None
+    model: str | None
+    from_us: int | None
+    to_us: int | None
+    bucket_s: int
+
+
+def rollup_grain(query: MetricsQuery) -> int:
+    """Hourly rollups when they answer exactly (hour-multiple buckets, hour-aligned
+    range), else minute rollups: month-long charts then read 60x fewer rows."""
+    aligned = all(t is None or t % _HOUR_US == 0 for t in (query.from_us, query.to_us))
+    return HOUR_S if query.bucket_s % HOUR_S == 0 and aligned else MINUTE_S
+
+
+def metrics(session: Session, query: MetricsQuery) -> dict[str, Any]:
+    grain = rollup_grain(query)
+    filters = dict(
+        service=query.service, model=query.model, from_us=query.from_us, to_us=query.to_us
+    )
+    rows = repository.fetch_rollups(session, grain, **filters)
+    prefixes = repository.fetch_prefix_keys(session, grain, **filters)
+    bucket_us = query.bucket_s * 1_000_000
+    rows = rows.with_columns(((pl.col("bucket_us") // bucket_us) * bucket_us).alias("out"))
+    prefixes = prefixes.with_columns(((pl.col("bucket_us") // bucket_us) * bucket_us).alias("out"))
+    per_bucket = _summarize(rows, prefixes, by="out")
+    totals = _summarize(
+        rows.with_columns(pl.lit(0).alias("out")),
+        prefixes.with_columns(pl.lit(0).alias("out")),
+        by="out",
+    )
+    return {
+        "bucket_s": query.bucket_s,
+        "buckets": [
+            {"ts": us_to_rfc3339(out), **values} for out, values in sorted(per_bucket.items())
+        ],
+        "totals": totals.get(0, _metric_values(_zero_sums(), 0, 0, {})),
+    }
+
+
+def _summarize(rows: pl.DataFrame, prefixes: pl.DataFrame, by: str) -> dict[int, dict[str, Any]]:
+    if rows.is_empty():
+        return {}
+    sums = rows.group_by(by).agg(
+        pl.col(SUM_COLUMNS).sum(),
+        pl.col("replica").filter(pl.col("replica") != "").n_unique().alias("replicas"),
+    )
+    distinct = (
+        dict(prefixes.group_by(by).agg(pl.col("first_key").n_unique()).iter_rows())
+        if not prefixes.is_empty()
+        else {}
+    )
+    ttft = _ttft_percentiles(rows, by)
+    return {
+        row[by]: _metric_values(
+            row, row["replicas"], distinct.get(row[by], 0), ttft.get(row[by], {})
+        )
+        for row in sums.iter_rows(named=True)
+    }
+
+
+def _ttft_percentiles(rows: pl.DataFrame, by: str) -> dict[int, dict[str, dict[str, float | None]]]:
+    merged: dict[int, dict[str, dict[int, int]]] = {}
+    for out, hit_blob, miss_blob in rows.select(by, "ttft_hit", "ttft_miss").iter_rows():
+        for outcome, blob in (("hit", hit_blob), ("miss", miss_blob)):
+            bins, counts = histogram.decode(blob)
+            target = merged.setdefault(out, {}).setdefault(outcome, {})
+            for b, c in zip(bins.tolist(), counts.tolist(), strict=True):
+                target[b] = target.get(b, 0) + c
+    answer: dict[int, dict[str, dict[str, float | None]]] = {}
+    for out, outcomes in merged.items():
+        for outcome, counts_by_bin in outcomes.items():
+            bins = np.fromiter(counts_by_bin.keys(), dtype=np.int64)
+            counts = np.fromiter(counts_by_bin.values(), dtype=np.int64)
+            answer.setdefault(out, {})[outcome] = {
+                "p50": histogram.percentile(bins, counts, 0.50),
+                "p95": histogram.percentile(bins, counts, 0.95),
+            }
+    return answer
+
+
+def _zero_sums() -> dict[str, int]:
+    return dict.fromkeys(SUM_COLUMNS, 0)
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+def _metric_values(
+    sums: dict[str, Any], replicas: int, distinct_prefixes: int, ttft: dict[str, Any]
+) -> dict[str, Any]:
+    rewarms = {cause: int(sums[f"rewarms_{cause}"]) for cause in CAUSES}
+    empty = {"p50": None, "p95": None}
+    return {
+        "requests": sums["requests"],
+        "prompt_tokens": sums["prompt_tokens"],
+        "cached_tokens": sums["cached_tokens"],
+        "hit_rate": _ratio(sums["cached_tokens"], sums["prompt_tokens"]),
+        "fingerprinted_requests": sums["fp_requests"],
+        "fingerprinted_prompt_tokens": sums["fp_prompt_tokens"],
+        "cacheable_tokens": sums["cacheable_tokens"],
+        "cacheable_fraction": _ratio(sums["cacheable_tokens"], sums["fp_prompt_tokens"]),
+        "capture_ratio": _ratio(sums["fp_cached_tokens"], sums["cacheable_tokens"]),
+        "rewarms": {"total": sum(rewarms.values()), **rewarms},
+        "rewarm_tokens": sums["rewarm_tokens"],
+        "rewarm_tokens_by_cause": {c: int(sums[f"rewarm_tokens_{c}"]) for c in CAUSES},
+        "rewarm_share": _ratio(sums["rewarm_tokens"], sums["prompt_tokens"]),
+        "history_rewrites": sums["history_rewrites"],
+        "session_requests": sums["session_requests"],
+        "unique_prefix_ratio": _ratio(distinct_prefixes, sums["fp_requests"]),
+        "hits": sums["hits"],
+        "misses": sums["misses"],
+        "ttft_ms": {"hit": ttft.get("hit", empty), "miss": ttft.get("miss", empty)},
+        "replicas": replicas,
+    }

@@ -1,0 +1,64 @@
+"""Background jobs on a schedule (APScheduler): the analytics pass and, as they
+exist, detection and alert delivery. Each job runs in its own transaction and takes
+its own database lock, so several processes may run the scheduler and each job
+still runs once at a time."""
+
+import logging
+from collections.abc import Callable
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.schedulers.blocking import BlockingScheduler
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.services import analytics_pass
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def jobs(settings: Settings) -> list[tuple[str, Callable[[Session, Settings], object], int]]:
+    return [("analytics", analytics_pass.catch_up, settings.analytics_interval_s)]
+
+
+def _run(
+    name: str,
+    job: Callable[[Session, Settings], object],
+    factory: sessionmaker[Session],
+    settings: Settings,
+) -> None:
+    try:
+        with factory.begin() as session:
+            job(session, settings)
+    except Exception:
+        # A failing job (database down) is retried at its next run; never fatal.
+        log.exception("job %s failed", name)
+
+
+def configure(
+    scheduler: BackgroundScheduler | BlockingScheduler,
+    factory: sessionmaker[Session],
+    settings: Settings,
+) -> None:
+    for name, job, interval in jobs(settings):
+        scheduler.add_job(
+            _run,
+            "interval",
+            seconds=interval,
+            args=(name, job, factory, settings),
+            id=name,
+            max_instances=1,
+            coalesce=True,
+        )
+
+
+def start_background(factory: sessionmaker[Session], settings: Settings) -> BackgroundScheduler:
+    scheduler = BackgroundScheduler(daemon=True)
+    configure(scheduler, factory, settings)
+    scheduler.start()
+    return scheduler
+
+
+def run_forever(factory: sessionmaker[Session], settings: Settings) -> None:
+    scheduler = BlockingScheduler()
+    configure(scheduler, factory, settings)
+    scheduler.start()
