@@ -1,12 +1,13 @@
 """The `cachewatch` command."""
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from service.db import make_engine, make_sessionmaker
 from service.settings import get_settings
+from service.simulate.cli import app as simulate_app
 
 app = typer.Typer(
     help="cachewatch: LLM prefix-cache hit rate, regressions and their causes.",
@@ -14,6 +15,7 @@ app = typer.Typer(
 )
 token_app = typer.Typer(help="API tokens.", no_args_is_help=True)
 app.add_typer(token_app, name="token")
+app.add_typer(simulate_app, name="simulate", help="Simulated traffic with known regressions.")
 
 
 class ScopeChoice(StrEnum):
@@ -61,6 +63,46 @@ def worker() -> None:
     settings = get_settings()
     migrate()
     jobs.run_forever(make_sessionmaker(make_engine(settings)), settings)
+
+
+@app.command()
+def detect(
+    service: Annotated[str | None, typer.Option(help="Only this service.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the regressions as JSON.")] = False,
+) -> None:
+    """One detection pass: prints the regressions it created or updated."""
+    import orjson
+
+    from service.services.detection import detect as run_detection
+    from service.services.regressions import regression_to_json
+
+    settings = get_settings()
+    engine = make_engine(settings)
+    with make_sessionmaker(engine).begin() as session:
+        report = run_detection(session, settings, service)
+        changed = [regression_to_json(r) for r in report.changed]
+    engine.dispose()
+    if as_json:
+        typer.echo(orjson.dumps(changed, option=orjson.OPT_INDENT_2).decode())
+        return
+    for r in changed:
+        attribution = r["attributed_to"]
+        typer.echo(
+            f"#{r['id']} {r['service']}/{r['model']} at {r['change_ts']}: hit rate "
+            f"{r['before']['hit_rate']:.0%} -> {r['after']['hit_rate']:.0%}, cause {r['cause']}, "
+            + (_describe_attribution(attribution) if attribution else "no change event nearby")
+            + f" [{r['status']}]"
+        )
+    if not changed:
+        typer.echo("no regressions", err=True)
+
+
+def _describe_attribution(attribution: dict[str, Any]) -> str:
+    what = attribution["deploy"] or attribution["replicas"] or ""
+    return (
+        f"after {attribution['kind']} {what} "
+        f"({attribution['source']}, lag {attribution['lag_s']:.0f} s)"
+    )
 
 
 @token_app.command("create")

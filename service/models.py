@@ -225,3 +225,30 @@ class PrefixRollup(Base):
         UniqueConstraint("grain_s", "model", "bucket_us", "service", "first_key", "replica"),
         Index("ix_prefix_rollups_grain_service_bucket", "grain_s", "service", "bucket_us"),
     )
+
+
+class Regression(Base):
+    """A lasting hit-rate drop of one (service, model), with its attribution and cause
+    (contract section 5). One row per change: re-detection updates it."""
+
+    __tablename__ = "regressions"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    service: Mapped[str] = mapped_column(String(100))
+    model: Mapped[str] = mapped_column(String(200))
+    change_ts_us: Mapped[int] = mapped_column(BigInteger)
+    detected_at_us: Mapped[int] = mapped_column(BigInteger)
+    updated_at_us: Mapped[int] = mapped_column(BigInteger)
+    status: Mapped[str] = mapped_column(String(10))
+    resolved_at_us: Mapped[int | None] = mapped_column(BigInteger)
+    before: Mapped[dict[str, object]] = mapped_column(JSON)
+    after: Mapped[dict[str, object]] = mapped_column(JSON)
+    attributed_event_id: Mapped[int | None] = mapped_column(BigInteger)
+    attributed_to: Mapped[dict[str, object] | None] = mapped_column(JSON)
+    cause: Mapped[str] = mapped_column(String(30))
+    evidence: Mapped[list[str]] = mapped_column(JSON)
+
+    __table_args__ = (
+        UniqueConstraint("service", "model", "change_ts_us"),
+        Index("ix_regressions_change", "change_ts_us"),
+    )

@@ -1,6 +1,7 @@
 """Every query the service runs. Callers pass a session; nothing here commits."""
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, cast
 
@@ -301,14 +302,16 @@ def _table_schema(table: Table, columns: Sequence[str]) -> dict[str, Any]:
     return {c: kinds.get(c, pl.Int64) for c in columns}
 
 
-def _rollup_filters(
-    table: Table,
-    grain_s: int,
-    service: str | None,
-    model: str | None,
-    from_us: int | None,
-    to_us: int | None,
-) -> Any:
+@dataclass(frozen=True)
+class RollupFilter:
+    service: str | None = None
+    model: str | None = None
+    from_us: int | None = None
+    to_us: int | None = None
+
+
+def _rollup_filters(table: Table, grain_s: int, where: RollupFilter) -> Any:
+    service, model, from_us, to_us = where.service, where.model, where.from_us, where.to_us
     condition = table.c.grain_s == grain_s
     if service is not None:
         condition &= table.c.service == service
@@ -321,32 +324,16 @@ def _rollup_filters(
     return condition
 
 
-def fetch_rollups(
-    session: Session,
-    grain_s: int,
-    *,
-    service: str | None,
-    model: str | None,
-    from_us: int | None,
-    to_us: int | None,
-) -> pl.DataFrame:
+def fetch_rollups(session: Session, grain_s: int, filters: RollupFilter) -> pl.DataFrame:
     columns = ROLLUP_VALUE_COLUMNS
-    where = _rollup_filters(ROLLUP_TABLE, grain_s, service, model, from_us, to_us)
+    where = _rollup_filters(ROLLUP_TABLE, grain_s, filters)
     rows = session.execute(select(*[ROLLUP_TABLE.c[c] for c in columns]).where(where)).all()
     return _frame(rows, _table_schema(ROLLUP_TABLE, columns))
 
 
-def fetch_prefix_keys(
-    session: Session,
-    grain_s: int,
-    *,
-    service: str | None,
-    model: str | None,
-    from_us: int | None,
-    to_us: int | None,
-) -> pl.DataFrame:
+def fetch_prefix_keys(session: Session, grain_s: int, filters: RollupFilter) -> pl.DataFrame:
     table = PREFIX_TABLE
-    where = _rollup_filters(table, grain_s, service, model, from_us, to_us)
+    where = _rollup_filters(table, grain_s, filters)
     rows = session.execute(select(table.c.bucket_us, table.c.first_key).where(where)).all()
     return _frame(rows, {"bucket_us": pl.Int64, "first_key": pl.Int64})
 
@@ -401,3 +388,7 @@ def load_block_frame(
         query = query.where(table.c.ts_us < to_us)
     query = query.order_by(table.c.ts_us, table.c.id)
     return _frame(session.execute(query).all(), {n: USAGE_FRAME_SCHEMA[n] for n in names})
+
+
+def newest_rollup_bucket(session: Session) -> int | None:
+    return session.scalar(select(func.max(ROLLUP_TABLE.c.bucket_us)))

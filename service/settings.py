@@ -29,6 +29,12 @@ class Settings(BaseSettings):
     # database lock, so it runs once at a time either way.
     run_jobs: bool = True
     analytics_interval_s: int = Field(30, gt=0)
+    # The lasting-drop rule: at least this much absolute and relative hit-rate drop,
+    # lasting at least this many detection buckets.
+    drop_min_abs: float = Field(0.10, gt=0, le=1)
+    drop_min_rel: float = Field(0.20, gt=0, le=1)
+    drop_min_buckets: int = Field(3, ge=1)
+    detect_lookback_days: int = Field(14, ge=1)
 
 
 @lru_cache

@@ -10,14 +10,17 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.blocking import BlockingScheduler
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.services import analytics_pass
+from service.services import analytics_pass, detection
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
 def jobs(settings: Settings) -> list[tuple[str, Callable[[Session, Settings], object], int]]:
-    return [("analytics", analytics_pass.catch_up, settings.analytics_interval_s)]
+    return [
+        ("analytics", analytics_pass.catch_up, settings.analytics_interval_s),
+        ("detection", detection.detect, settings.detect_interval_s),
+    ]
 
 
 def _run(

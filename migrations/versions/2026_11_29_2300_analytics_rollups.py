@@ -10,7 +10,6 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-
 revision: str = "20261129_rollups"
 down_revision: str | None = "20261129_initial"
 branch_labels: str | Sequence[str] | None = None

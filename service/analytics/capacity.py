@@ -34,8 +34,10 @@ import polars as pl
 
 from service.analytics._arrays import (
     I64,
+    Ints,
     codes,
     group_sort,
+    index_dtype,
     offsets_of,
     unpack_blobs,
 )
@@ -111,8 +113,9 @@ def _running_max_distance(keys: I64, groups: I64 | None, counts: I64) -> I64:
     A first-ever access has distance len(keys) + 1 (never resident)."""
     n_acc = len(keys)
     n_req = len(counts)
-    request = np.repeat(np.arange(n_req, dtype=np.int64), counts)
-    start = offsets_of(counts)[request]  # s: the request's first access
+    idx = index_dtype(n_acc + 1)
+    request = np.repeat(np.arange(n_req, dtype=idx), counts)
+    first_of_request = offsets_of(counts).astype(idx)
 
     perm = group_sort(keys, groups)
     sk = keys[perm]
@@ -121,42 +124,58 @@ def _running_max_distance(keys: I64, groups: I64 | None, counts: I64) -> I64:
     if groups is not None:
         sg = groups[perm]
         same[1:] &= sg[1:] == sg[:-1]
+        del sg
     del sk
+    # Distinct blocks touched before access x: first accesses before x.
+    first_access = np.empty(n_acc, dtype=np.bool_)
+    first_access[perm] = ~same
+    distinct_before = np.zeros(n_acc + 1, dtype=np.int64)
+    np.cumsum(first_access, out=distinct_before[1:])
+    del first_access
     # e(i): the next access of the same block (any request), or n_acc.
-    nxt_sorted = np.full(n_acc, n_acc, dtype=np.int64)
+    nxt_sorted = np.full(n_acc, n_acc, dtype=idx)
     nxt_sorted[:-1] = np.where(same[1:], perm[1:], n_acc)
-    nxt = np.empty(n_acc, dtype=np.int64)
+    nxt = np.empty(n_acc, dtype=idx)
     nxt[perm] = nxt_sorted
     del nxt_sorted
     # p: the last access before the request (skip the request's own earlier copies).
     req_sorted = request[perm]
     same_req = same.copy()
     same_req[1:] &= req_sorted[1:] == req_sorted[:-1]
-    run_start = np.where(same_req, 0, np.arange(n_acc, dtype=np.int64))
+    del req_sorted
+    run_start = np.arange(n_acc, dtype=idx)
+    run_start[same_req] = 0
+    del same_req
     np.maximum.accumulate(run_start, out=run_start)
-    prev_sorted = np.where(same[run_start], perm[np.maximum(run_start - 1, 0)], -1)
-    prev = np.empty(n_acc, dtype=np.int64)
+    has_prev_sorted = same[run_start]
+    run_start -= 1
+    np.maximum(run_start, 0, out=run_start)
+    prev_sorted = perm[run_start].astype(idx)
+    del run_start
+    prev_sorted[~has_prev_sorted] = -1
+    prev = np.empty(n_acc, dtype=idx)
     prev[perm] = prev_sorted
-    del prev_sorted, run_start, same_req, req_sorted, same, perm
+    del prev_sorted, has_prev_sorted, same, perm
 
-    has_prev = prev >= 0
-    q = np.flatnonzero(has_prev)
-    first_of_request = offsets_of(counts)
-    # d = #{i in (p, s): e(i) >= s} = F(s, s) - F(p + 1, s), F(x, y) = #{i < x: e(i) >= y}.
-    xs = np.concatenate([first_of_request, prev[q] + 1])
-    ys = np.concatenate([first_of_request, start[q]])
-    f = _count_before_at_least(nxt, xs, ys)
-    per_request = f[:n_req]
+    # d = #{i in (p, s): e(i) >= s} = F(s, s) - F(p + 1, s) with
+    # F(x, y) = #{i < x: e(i) >= y}; F(s, s) is simply the distinct blocks before s.
+    q = np.flatnonzero(prev >= 0)
+    s_q = first_of_request[request[q]]
+    f = _count_before_at_least(nxt, prev[q] + 1, s_q)
+    del nxt, prev
     distance = np.full(n_acc, n_acc + 1, dtype=np.int64)
-    distance[q] = per_request[request[q]] - f[n_req:]
+    distance[q] = distinct_before[s_q] - f
+    del q, s_q, f, distinct_before
 
     # Prefix maximum within each request: lift each request above the previous.
-    lift = request * (n_acc + 2)
-    running = np.maximum.accumulate(distance + lift) - lift
-    return running
+    lift = request.astype(np.int64) * (n_acc + 2)
+    distance += lift
+    np.maximum.accumulate(distance, out=distance)
+    distance -= lift
+    return distance
 
 
-def _count_before_at_least(e: I64, xs: I64, ys: I64) -> I64:
+def _count_before_at_least(e: Ints, xs: Ints, ys: Ints) -> I64:
     """For each query (x, y): #{i < x : e[i] >= y}, all queries at once.
 
     [0, x) splits into aligned chunks of size 2^l, one per set bit l of x (a
@@ -171,21 +190,22 @@ def _count_before_at_least(e: I64, xs: I64, ys: I64) -> I64:
     order = np.argsort(xs, kind="stable")
     xs, ys = xs[order], ys[order]
     out = np.zeros(len(xs), dtype=np.int64)
-    pos = np.arange(n, dtype=np.int64)
+    pos = np.arange(n, dtype=index_dtype(n + 1))
     chunk_at = pos  # chunk id of each position at the current level
-    level_keys = pos * big + e
+    level_keys = np.multiply(pos, big, dtype=np.int64)
+    level_keys += e
     level = 0
     while (1 << level) <= n:
         size = 1 << level
         sel = np.flatnonzero((xs >> level) & 1)
         if len(sel):
-            chunk = (xs[sel] >> level) - 1
+            chunk = (xs[sel] >> level).astype(np.int64) - 1
             upper = np.minimum((chunk + 1) * size, n)
             out[sel] += upper - np.searchsorted(level_keys, chunk * big + ys[sel])
         # Chunks sit at fixed positions, so re-keying to the next level's chunk
         # needs no division: subtract the difference of chunk ids, then merge.
         chunk_next = pos >> (level + 1)
-        level_keys -= (chunk_at - chunk_next) * big
+        level_keys -= np.multiply(chunk_at - chunk_next, big, dtype=np.int64)
         level_keys.sort(kind="stable")
         chunk_at = chunk_next
         level += 1

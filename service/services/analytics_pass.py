@@ -46,6 +46,7 @@ def catch_up(session: Session, settings: Settings) -> PassReport:
     state = ReuseState.from_bytes(blob) if blob else None
     batch = repository.load_usage_frame(session, after_id=low, up_to_id=high)
     window_s = settings.reuse_window_s
+    recompute_from: int | None
     if state is not None and state.window_us != round(window_s * 1_000_000):
         # W changed: everything is recomputed under the new window.
         state, recompute_from = None, 0
@@ -94,8 +95,9 @@ def _plan_from(state: ReuseState, from_us: int) -> RecomputePlan:
 def _recompute(
     session: Session, state: ReuseState | None, from_us: int, high: int, window_s: float
 ) -> ReuseState:
+    seeds: tuple[str, ...] = ()
     if state is None:
-        plan_state, reload_from, seeds = None, None, ()
+        plan_state, reload_from = None, None
     else:
         plan = _plan_from(state, from_us)
         plan_state, reload_from, seeds = (

@@ -37,11 +37,9 @@ def rollup_grain(query: MetricsQuery) -> int:
 
 def metrics(session: Session, query: MetricsQuery) -> dict[str, Any]:
     grain = rollup_grain(query)
-    filters = dict(
-        service=query.service, model=query.model, from_us=query.from_us, to_us=query.to_us
-    )
-    rows = repository.fetch_rollups(session, grain, **filters)
-    prefixes = repository.fetch_prefix_keys(session, grain, **filters)
+    filters = repository.RollupFilter(query.service, query.model, query.from_us, query.to_us)
+    rows = repository.fetch_rollups(session, grain, filters)
+    prefixes = repository.fetch_prefix_keys(session, grain, filters)
     bucket_us = query.bucket_s * 1_000_000
     rows = rows.with_columns(((pl.col("bucket_us") // bucket_us) * bucket_us).alias("out"))
     prefixes = prefixes.with_columns(((pl.col("bucket_us") // bucket_us) * bucket_us).alias("out"))

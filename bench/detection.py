@@ -1,0 +1,120 @@
+"""Detection quality and speed (not a test; prints numbers).
+
+1. The simulated-week family over N seeds (timings, rates and magnitudes vary by
+   seed; the prefix problem rotates through a timestamp at the top of the system
+   prompt, a shuffled tools list and history rewrites): precision, recall,
+   attribution accuracy and cause accuracy of `cachewatch detect`.
+2. Speed: change-point detection over 100 series of 30 days in 5-minute buckets.
+
+    .venv/bin/python bench/detection.py --seeds 20 [--jobs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+PROBLEMS = ("dynamic_system_prefix", "shuffled_tools", "history_rewrite")
+
+
+def run_seed(seed: int) -> tuple[int, dict[str, object]]:
+    from service import migrate
+    from service.db import make_engine, make_sessionmaker
+    from service.services.detection import detect
+    from service.services.regressions import regression_to_json
+    from service.settings import Settings
+    from service.simulate import detection_week, simulate
+    from service.simulate.scoring import load_records, score
+
+    week = detection_week(seed, prefix_problem=PROBLEMS[seed % len(PROBLEMS)])  # type: ignore[arg-type]
+    result = simulate(week.scenario, seed)
+    with tempfile.TemporaryDirectory() as folder:
+        settings = Settings(database_url=f"sqlite:///{folder}/bench.db", run_jobs=False)
+        engine = make_engine(settings)
+        migrate.upgrade(engine)
+        factory = make_sessionmaker(engine)
+        with factory.begin() as session:
+            load_records(session, result.records, result.events)
+        started = time.perf_counter()
+        with factory.begin() as session:
+            found = [regression_to_json(r) for r in detect(session, settings).created]
+        seconds = time.perf_counter() - started
+        engine.dispose()
+    outcome = score(found, week.regressions)
+    return seed, {
+        "score": outcome,
+        "records": len(result.records),
+        "detect_s": seconds,
+        "problem": PROBLEMS[seed % len(PROBLEMS)],
+    }
+
+
+def quality(seeds: int, jobs: int) -> None:
+    from service.simulate.scoring import Score
+
+    total = Score()
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for seed, row in sorted(pool.map(run_seed, range(seeds))):
+            outcome: Score = row["score"]  # type: ignore[assignment]
+            total.add(outcome)
+            print(
+                f"seed {seed:2d} {row['problem']:<22} {row['records']:>7,} records "
+                f"detect {row['detect_s']:5.1f} s  found {outcome.found} expected "
+                f"{outcome.expected} matched {outcome.matched} attributed {outcome.attributed} "
+                f"caused {outcome.caused}",
+                flush=True,
+            )
+            for line in outcome.misses + outcome.extras + outcome.wrong:
+                print(f"    {line}", flush=True)
+    matched = max(total.matched, 1)
+    print(
+        f"\n{seeds} seeds: precision {total.precision:.3f}  recall {total.recall:.3f}  "
+        f"attribution {total.attributed / matched:.3f}  cause {total.caused / matched:.3f}  "
+        "(goal: each >= 0.95)"
+    )
+
+
+def speed() -> None:
+    from service.detection.changepoints import DropRule, lasting_drops
+
+    rng = np.random.default_rng(0)
+    n = 30 * 288
+    t = np.arange(n)
+    series = []
+    for _ in range(100):
+        w = np.where((t % 288) < 80, 0.08, 1.0) * rng.uniform(0.7, 1.3, n) * 1e5
+        y = np.clip(0.7 + rng.normal(0, 0.03 / np.sqrt(w / 1e5)), 0, 1)
+        at = int(rng.integers(1000, n - 1000))
+        y[at:] -= rng.uniform(0.0, 0.4)
+        series.append((y, w))
+    started = time.perf_counter()
+    found = sum(len(lasting_drops(y, w, DropRule())) for y, w in series)
+    seconds = time.perf_counter() - started
+    print(
+        f"change points: 100 series x 30 days of 5-minute buckets ({n} each): {seconds:.2f} s "
+        f"({found} drops found; goal <= 10 s)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--speed-only", action="store_true")
+    args = parser.parse_args()
+    speed()
+    if not args.speed_only:
+        quality(args.seeds, args.jobs)
+
+
+if __name__ == "__main__":
+    main()

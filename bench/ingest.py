@@ -1,0 +1,349 @@
+"""Ingestion throughput: POST /v1/usage over loopback against the cost of storage alone.
+
+Posts N records (16 int block_hashes each) as NDJSON batches of 1,000 to a real
+`cachewatch serve` it starts on a fresh SQLite file, then inserts the same rows
+directly with SQLAlchemy Core executemany into another fresh migrated database,
+one transaction per batch like the server (same pragmas: WAL, synchronous=FULL).
+With --postgres URL the same against PostgreSQL, the floor there being a direct
+COPY of the same rows. Each measure runs --repeat times on fresh databases and the
+best run counts (the machine may be shared); every run is printed.
+
+    .venv/bin/python bench/ingest.py [--records 200000] [--threads 1] [--repeat 3]
+                                     [--postgres postgresql+psycopg://postgres@127.0.0.1:5432/test]
+"""
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import psutil
+from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.engine import make_url
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT_ROOT))
+
+from service import migrate  # noqa: E402
+from service.db import make_engine  # noqa: E402
+from service.ingest.records import UsageRecordIn, to_row  # noqa: E402
+from service.models import UsageRecord  # noqa: E402
+from service.repository import USAGE_COLUMNS, USAGE_TABLE, usage_row_values  # noqa: E402
+from service.settings import Settings  # noqa: E402
+
+GOAL_RATE = 50_000
+GOAL_RATIO = 0.5
+
+
+def make_batches(records: int, batch_size: int, blocks: int) -> list[bytes]:
+    """NDJSON bodies. Hashes look like Mooncake's: shared prefixes, growing ids."""
+    batches = []
+    for start in range(0, records, batch_size):
+        lines = []
+        for i in range(start, min(start + batch_size, records)):
+            session = i // 8
+            lines.append(
+                orjson.dumps(
+                    {
+                        "request_id": f"bench-{i:09d}",
+                        "ts": 1_714_564_800 + i / 100,
+                        "service": f"svc-{i % 4}",
+                        "model": "llama-3-70b",
+                        "prompt_tokens": blocks * 512,
+                        "cached_tokens": (i % blocks) * 512,
+                        "completion_tokens": 200,
+                        "ttft_ms": 120.5,
+                        "replica": f"pod-{i % 8}",
+                        "session_id": f"s-{session}",
+                        "block_size": 512,
+                        "block_hashes": [session * 64 + b for b in range(blocks)],
+                    }
+                )
+            )
+        batches.append(b"\n".join(lines) + b"\n")
+    return batches
+
+
+def rows_of(batches: list[bytes]) -> list[list[dict[str, Any]]]:
+    """The rows the server would store, built outside the timed part."""
+    received_us = time.time_ns() // 1000
+    return [
+        [
+            to_row(UsageRecordIn.model_validate(orjson.loads(line)), received_us)
+            for line in body.splitlines()
+        ]
+        for body in batches
+    ]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cli(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "service.cli", *args],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
+    return done.stdout.decode().strip()
+
+
+@dataclass
+class Server:
+    url: str
+    token: str
+    process: subprocess.Popen[bytes]
+
+
+@contextmanager
+def running_server(database_url: str, log_path: Path) -> Iterator[Server]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEWATCH_")}
+    env["CACHEWATCH_DATABASE_URL"] = database_url
+    # Ingestion alone: an analytics pass in the same process would compete for the GIL.
+    env["CACHEWATCH_RUN_JOBS"] = "false"
+    cli(env, "migrate")
+    token = cli(env, "token", "create", "--scope", "ingest", "--name", "bench")
+    port = free_port()
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+            env=env,
+            cwd=PROJECT_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"server did not start: {log_path.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        yield Server(url, token, process)
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+def post_all(server: Server, batches: list[bytes], threads: int) -> tuple[float, float]:
+    """Seconds of wall time, and CPU seconds the server process spent."""
+    headers = {"Authorization": f"Bearer {server.token}", "Content-Type": "application/x-ndjson"}
+    errors: list[str] = []
+
+    def worker(mine: list[bytes]) -> None:
+        # One keep-alive connection per thread.
+        with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
+            for body in mine:
+                answer = client.post("/v1/usage", content=body)
+                expected = body.count(b"\n")
+                if answer.status_code != 200 or answer.json()["accepted"] != expected:
+                    errors.append(f"{answer.status_code} {answer.text[:300]}")
+                    return
+
+    # Warm-up outside the timing: imports, first connection, the token lookup path.
+    with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
+        client.post(
+            "/v1/usage",
+            content=b'{"request_id": "warm-up", "ts": 0, '
+            b'"service": "s", "model": "m", "prompt_tokens": 1}',
+        )
+    cpu = psutil.Process(server.process.pid)
+    cpu_before = sum(cpu.cpu_times()[:2])
+    pool = [threading.Thread(target=worker, args=(batches[t::threads],)) for t in range(threads)]
+    started = time.perf_counter()
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    if errors:
+        raise RuntimeError(f"a batch was not fully accepted: {errors[0]}")
+    return elapsed, sum(cpu.cpu_times()[:2]) - cpu_before
+
+
+def stored(database_url: str) -> int:
+    engine = create_engine(database_url)
+    with engine.connect() as conn:
+        count = conn.scalar(select(func.count()).select_from(UsageRecord)) or 0
+    engine.dispose()
+    return count
+
+
+def migrated_engine(database_url: str) -> Any:
+    engine = make_engine(Settings(database_url=database_url))
+    migrate.upgrade(engine)
+    return engine
+
+
+def direct_executemany(database_url: str, rows: list[list[dict[str, Any]]]) -> float:
+    engine = migrated_engine(database_url)
+    insert = USAGE_TABLE.insert()
+    started = time.perf_counter()
+    for batch in rows:
+        with engine.begin() as conn:
+            conn.execute(insert, batch)
+    elapsed = time.perf_counter() - started
+    engine.dispose()
+    return elapsed
+
+
+def direct_copy(database_url: str, rows: list[list[dict[str, Any]]]) -> float:
+    engine = migrated_engine(database_url)
+    columns = ", ".join(USAGE_COLUMNS)
+    started = time.perf_counter()
+    for batch in rows:
+        with engine.begin() as conn:
+            driver = conn.connection.driver_connection
+            assert driver is not None
+            with (
+                driver.cursor() as cursor,
+                cursor.copy(f"COPY usage_records ({columns}) FROM STDIN") as copy,
+            ):
+                for row in batch:
+                    copy.write_row(usage_row_values(row))
+    elapsed = time.perf_counter() - started
+    engine.dispose()
+    return elapsed
+
+
+@contextmanager
+def postgres_database(admin_url: str, label: str) -> Iterator[str]:
+    name = f"cw_bench_{label}_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def report(
+    backend: str, floor_name: str, count: int, http: list[tuple[float, float]], floors: list[float]
+) -> tuple[float, float]:
+    """Best of the repetitions: the machine may be shared, and the best run is the
+    one least disturbed by other load."""
+    http_s, server_cpu_s = min(http)
+    floor_s = min(floors)
+    http_rate, floor_rate = count / http_s, count / floor_s
+    ratio = http_rate / floor_rate
+    runs = ", ".join(f"{count / s:,.0f}" for s, _ in http)
+    print(f"{backend:<9} POST /v1/usage      {http_rate:>9,.0f} records/s  (runs: {runs})")
+    print(
+        f"{backend:<9}   server CPU        {server_cpu_s / count * 1e6:>9.1f} us/record "
+        f"({server_cpu_s / http_s:.0%} of wall: the server is "
+        + ("CPU-bound)" if server_cpu_s / http_s > 0.8 else "waiting on the database)")
+    )
+    runs = ", ".join(f"{count / s:,.0f}" for s in floors)
+    print(f"{backend:<9} direct {floor_name:<12} {floor_rate:>9,.0f} records/s  (runs: {runs})")
+    print(f"{backend:<9} ratio http/direct   {ratio:>9.2f}")
+    return http_rate, ratio
+
+
+def run(
+    backend: str,
+    floor_name: str,
+    new_database: Callable[[str], AbstractContextManager[str]],
+    floor: Callable[[str, list[list[dict[str, Any]]]], float],
+    batches: list[bytes],
+    rows: list[list[dict[str, Any]]],
+    args: argparse.Namespace,
+    workdir: Path,
+) -> tuple[float, float]:
+    http: list[tuple[float, float]] = []
+    floors: list[float] = []
+    for attempt in range(args.repeat):
+        with new_database(f"http{attempt}") as http_url:
+            log_path = workdir / f"server-{backend}-{attempt}.log"
+            with running_server(http_url, log_path) as server:
+                http.append(post_all(server, batches, args.threads))
+            count = stored(http_url) - 1  # the warm-up record
+            assert count == args.records, f"{count} stored of {args.records}"
+        with new_database(f"direct{attempt}") as direct_url:
+            floors.append(floor(direct_url, rows))
+            assert stored(direct_url) == args.records
+    return report(backend, floor_name, args.records, http, floors)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--batch", type=int, default=1_000)
+    parser.add_argument("--blocks", type=int, default=16, help="block_hashes per record")
+    parser.add_argument("--threads", type=int, default=1, help="concurrent client threads")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each; the best counts")
+    parser.add_argument("--postgres", metavar="URL", help="also run against this PostgreSQL")
+    args = parser.parse_args()
+
+    print(
+        f"{args.records:,} records, {args.blocks} int block_hashes each, NDJSON batches of "
+        f"{args.batch:,}, {args.threads} keep-alive client thread(s), loopback; "
+        f"best of {args.repeat}; {os.cpu_count()} CPUs, load average "
+        f"{os.getloadavg()[0]:.2f} at start"
+    )
+    batches = make_batches(args.records, args.batch, args.blocks)
+    print(f"body: {sum(map(len, batches)) / len(batches) / 1024:.0f} KiB per batch")
+    rows = rows_of(batches)
+
+    with tempfile.TemporaryDirectory(prefix="cachewatch-bench-") as tmp:
+        workdir = Path(tmp)
+
+        @contextmanager
+        def sqlite_database(label: str) -> Iterator[str]:
+            yield f"sqlite:///{workdir / (label + '.db')}"
+
+        rate, ratio = run(
+            "sqlite",
+            "executemany",
+            sqlite_database,
+            direct_executemany,
+            batches,
+            rows,
+            args,
+            workdir,
+        )
+        met = rate >= GOAL_RATE and ratio >= GOAL_RATIO
+        print(
+            f"sqlite    goal >= {GOAL_RATE:,} records/s and >= {GOAL_RATIO} of direct: "
+            + ("met" if met else "MISSED")
+        )
+        if args.postgres:
+            url = args.postgres
+
+            def pg_database(label: str) -> AbstractContextManager[str]:
+                return postgres_database(url, label)
+
+            run("postgres", "COPY", pg_database, direct_copy, batches, rows, args, workdir)
+
+
+if __name__ == "__main__":
+    main()

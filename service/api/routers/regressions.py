@@ -1,0 +1,34 @@
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Query
+
+from service import detection_queries
+from service.api.deps import ReadAuth, SessionDep, SettingsDep, require_scope
+from service.services.detection import detect
+from service.services.regressions import regression_to_json
+from service.services.tokens import Scope
+
+router = APIRouter(tags=["regressions"])
+
+
+@router.get("/v1/regressions", dependencies=[ReadAuth])
+def get_regressions(
+    session: SessionDep,
+    service: Annotated[str | None, Query(max_length=100)] = None,
+    status: Literal["open", "resolved"] | None = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> list[dict[str, Any]]:
+    """Regressions, newest change first."""
+    rows = detection_queries.list_regressions(session, service or None, status, limit)
+    return [regression_to_json(r) for r in rows]
+
+
+@router.post("/v1/detect", dependencies=[Depends(require_scope(Scope.ADMIN))])
+def post_detect(
+    session: SessionDep,
+    settings: SettingsDep,
+    service: Annotated[str | None, Query(max_length=100)] = None,
+) -> list[dict[str, Any]]:
+    """Run one detection pass now (admin scope); the regressions it created or updated."""
+    report = detect(session, settings, service or None)
+    return [regression_to_json(r) for r in report.changed]

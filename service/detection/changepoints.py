@@ -1,0 +1,185 @@
+"""Lasting hit-rate drops in a token-weighted series.
+
+Cost: token-weighted L2 (the weighted variance of the bucket hit rates around the
+segment's mean). With weights = prompt tokens, a segment's mean is exactly its
+token hit rate, and a bucket holding 1% of the usual traffic (a quiet night, the
+edge of a gap) moves the cost 100 times less than a busy one: sparse buckets
+cannot create a change. Empty buckets are left out of the series altogether.
+
+Search: binary segmentation (ruptures `Binseg`) with that cost computed in O(1)
+from cumulative sums; it needs O(n log n) cost evaluations where PELT needs
+O(n^2) in the worst case, and a month of 5-minute buckets is 8,640 points.
+
+Penalty: BIC-like, `beta * sigma^2 * log(n)`, with sigma the bucket-level noise of
+the hit rate at average traffic, estimated robustly (MAD of weight-normalized
+first differences, so level shifts barely inflate it) and floored at one point of
+hit rate so that a perfectly flat series is not cut on rounding noise. The
+lasting-drop rule (absolute, relative, duration) then decides what is reported.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import ruptures as rpt
+from ruptures.base import BaseCost
+
+Floats = npt.NDArray[np.float64]
+
+
+class WeightedMeanCost(BaseCost):  # type: ignore[misc]
+    """Sum over the segment of w_i * (y_i - weighted mean)^2; signal columns (y, w)."""
+
+    model = "weighted_l2"
+    min_size = 1
+
+    def fit(self, signal: Floats) -> WeightedMeanCost:
+        self.signal = signal
+        y, w = signal[:, 0], signal[:, 1]
+        zero = np.zeros(1)
+        self._w = np.concatenate([zero, np.cumsum(w)])
+        self._wy = np.concatenate([zero, np.cumsum(w * y)])
+        self._wyy = np.concatenate([zero, np.cumsum(w * y * y)])
+        return self
+
+    def error(self, start: int, end: int) -> float:
+        weight = self._w[end] - self._w[start]
+        if weight <= 0:
+            return 0.0
+        wy = self._wy[end] - self._wy[start]
+        return float(self._wyy[end] - self._wyy[start] - wy * wy / weight)
+
+
+@dataclass(frozen=True)
+class DropRule:
+    """What counts as a regression: a drop of at least `min_abs` (absolute) and
+    `min_rel` (relative to the level before), lasting `min_buckets` buckets."""
+
+    min_abs: float = 0.10
+    min_rel: float = 0.20
+    min_buckets: int = 3
+    beta: float = 3.0
+    sigma_floor: float = 0.01
+
+
+@dataclass(frozen=True)
+class Segment:
+    start: int  # index into the series (inclusive)
+    end: int  # exclusive
+    level: float  # token-weighted hit rate
+    weight: float  # tokens
+
+
+@dataclass(frozen=True)
+class Drop:
+    """A lasting drop at series index `at`; `recovered_at`: the first index of a later
+    segment back near the level before (None: still low)."""
+
+    at: int
+    before: Segment
+    after: Segment
+    recovered_at: int | None
+
+
+def noise_sigma(y: Floats, w: Floats) -> float:
+    """Bucket-level noise of y at mean weight: var(y_i) ~ sigma^2 / w_i."""
+    if len(y) < 3:
+        return 0.0
+    d = np.diff(y) / np.sqrt(1.0 / w[1:] + 1.0 / w[:-1])
+    return float(1.4826 * np.median(np.abs(d)))
+
+
+def segments(y: Floats, w: Floats, rule: DropRule) -> list[Segment]:
+    """Change points of the weighted series, as segments with their levels."""
+    n = len(y)
+    if n == 0:
+        return []
+    w = w / w.mean()
+    bkps = [n]
+    if n >= 2 * rule.min_buckets:
+        sigma = max(noise_sigma(y, w), rule.sigma_floor)
+        penalty = rule.beta * sigma * sigma * math.log(n)
+        algo = rpt.Binseg(custom_cost=WeightedMeanCost(), min_size=rule.min_buckets, jump=1)
+        bkps = algo.fit(np.column_stack([y, w])).predict(pen=penalty)
+    bounds = [0, *bkps]
+    parts = [_segment(y, w, a, b) for a, b in itertools.pairwise(bounds)]
+    return _absorb_transitions(_merge_close(parts, y, w, rule), y, w, rule)
+
+
+def _segment(y: Floats, w: Floats, start: int, end: int) -> Segment:
+    weight = float(w[start:end].sum())
+    level = float((y[start:end] * w[start:end]).sum() / weight) if weight > 0 else 0.0
+    return Segment(start, end, level, weight)
+
+
+def _merge_close(parts: list[Segment], y: Floats, w: Floats, rule: DropRule) -> list[Segment]:
+    """Join neighbours whose levels differ by less than half the reportable drop, so a
+    real drop is not split into sub-threshold steps."""
+    parts = list(parts)
+    while len(parts) > 1:
+        gaps = [abs(a.level - b.level) for a, b in itertools.pairwise(parts)]
+        i = int(np.argmin(gaps))
+        if gaps[i] >= rule.min_abs / 2:
+            break
+        parts[i : i + 2] = [_segment(y, w, parts[i].start, parts[i + 1].end)]
+    return parts
+
+
+def _absorb_transitions(
+    parts: list[Segment], y: Floats, w: Floats, rule: DropRule
+) -> list[Segment]:
+    """A short segment whose level lies between its neighbours' is the ramp of one
+    change (a cache draining over a few buckets), not a change of its own: it joins
+    the segment after it, so the change starts where the ramp starts."""
+    i = 1
+    while i < len(parts) - 1:
+        before, ramp, after = parts[i - 1], parts[i], parts[i + 1]
+        short = ramp.end - ramp.start < 2 * rule.min_buckets
+        between = min(before.level, after.level) <= ramp.level <= max(before.level, after.level)
+        if short and between:
+            parts[i : i + 2] = [_segment(y, w, ramp.start, after.end)]
+        else:
+            i += 1
+    return parts
+
+
+def _crossing(y: Floats, w: Floats, before: Segment, after: Segment) -> int:
+    """Where in the after segment (which may open with a ramp) the level first falls
+    half-way: the best estimate of the moment of the change."""
+    midpoint = (before.level + after.level) / 2
+    for i in range(after.start, after.end):
+        if w[i] >= 0.25 and y[i] <= midpoint:
+            return i
+    return after.start
+
+
+def lasting_drops(y: Floats, w: Floats, rule: DropRule) -> list[Drop]:
+    """Every segment boundary where the level falls by the rule's amounts and stays
+    down for at least `min_buckets` buckets carrying a typical bucket's traffic."""
+    parts = segments(y, w, rule)
+    w_norm = w / w.mean() if len(w) else w
+    drops = []
+    for i in range(1, len(parts)):
+        before, after = parts[i - 1], parts[i]
+        fall = before.level - after.level
+        if fall < rule.min_abs or fall < rule.min_rel * before.level:
+            continue
+        if after.end - after.start < rule.min_buckets:
+            continue
+        # The weight guard: a long quiet stretch is many buckets but little traffic.
+        if float(w_norm[after.start : after.end].sum()) < rule.min_buckets * 0.5:
+            continue
+        recovered = next(
+            (
+                p.start
+                for p in parts[i + 1 :]
+                if p.level >= before.level - max(rule.min_abs / 2, fall / 4)
+            ),
+            None,
+        )
+        drops.append(Drop(_crossing(y, w_norm, before, after), before, after, recovered))
+    return drops

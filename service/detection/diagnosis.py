@@ -1,0 +1,97 @@
+"""Cause and evidence of a regression (contract section 5), from the figures before
+and after the change."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.detection.series import Stretch
+
+REWARM_CAUSE_NAMES = {"concurrent": "cold_fanout", "routing": "routing", "eviction": "eviction"}
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    cause: str
+    evidence: list[str]
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.0f}%"
+
+
+def cause_of(before: Stretch, after: Stretch) -> str:
+    """1. The ceiling fell with the hit rate (by at least half the drop): the prompt's
+    start changed. History rewrites if continuing sessions lost their prefix while
+    opening requests kept theirs, else prefix instability. 2. Otherwise the rewarm
+    cause holding the most rewarm tokens after the change. 3. Otherwise unknown."""
+    drop = before.hit_rate - after.hit_rate
+    if before.cacheable_fraction is not None and after.cacheable_fraction is not None:
+        ceiling_fall = before.cacheable_fraction - after.cacheable_fraction
+        if ceiling_fall >= drop / 2:
+            rewrites_rose = (after.history_rewrite_share or 0.0) - (
+                before.history_rewrite_share or 0.0
+            ) >= 0.20
+            openers_kept = (
+                before.opening_cacheable_fraction is None
+                or after.opening_cacheable_fraction is None
+                or before.opening_cacheable_fraction - after.opening_cacheable_fraction < 0.05
+            )
+            return "history_rewrite" if rewrites_rose and openers_kept else "prefix_instability"
+    if sum(after.rewarm_tokens.values()) > 0:
+        top = max(after.rewarm_tokens, key=lambda c: after.rewarm_tokens[c])
+        return REWARM_CAUSE_NAMES.get(top, "unknown")
+    return "unknown"
+
+
+def evidence_of(
+    before: Stretch,
+    after: Stretch,
+    segment_variants: dict[str, tuple[float, float]],
+) -> list[str]:
+    """Numbered facts a reader can check, most telling first."""
+    lines = [
+        f"hit rate {_pct(before.hit_rate)} -> {_pct(after.hit_rate)}; cacheable fraction "
+        f"{_pct(before.cacheable_fraction)} -> {_pct(after.cacheable_fraction)}"
+    ]
+    if before.unique_prefix_ratio is not None and after.unique_prefix_ratio is not None:
+        lines.append(
+            f"unique_prefix_ratio {before.unique_prefix_ratio:.2f} -> "
+            f"{after.unique_prefix_ratio:.2f} (distinct request starts per request)"
+        )
+    changed = sorted(
+        segment_variants.items(), key=lambda kv: kv[1][1] / max(kv[1][0], 1e-9), reverse=True
+    )
+    for name, (was, now) in changed[:3]:
+        if now >= 2 * max(was, 1.0) or was >= 2 * max(now, 1.0):
+            lines.append(
+                f"segment `{name}` had {was:.0f} variant{'s' if round(was) != 1 else ''} per hour "
+                f"before and {now:.0f} after"
+            )
+    if before.history_rewrite_share is not None or after.history_rewrite_share is not None:
+        lines.append(
+            f"history rewrites: {_pct(before.history_rewrite_share)} of continuing session "
+            f"requests before, {_pct(after.history_rewrite_share)} after; opening requests' "
+            f"cacheable fraction {_pct(before.opening_cacheable_fraction)} -> "
+            f"{_pct(after.opening_cacheable_fraction)}"
+        )
+    total = sum(after.rewarm_tokens.values())
+    if total:
+        shares = ", ".join(
+            f"{name} {count / total * 100:.0f}%"
+            for name, count in sorted(after.rewarm_tokens.items(), key=lambda kv: -kv[1])
+            if count
+        )
+        lines.append(
+            f"rewarm share {_pct(before.rewarm_share)} -> {_pct(after.rewarm_share)}; "
+            f"rewarm tokens after the change by cause: {shares}"
+        )
+    if before.replicas != after.replicas:
+        lines.append(f"replicas serving: {before.replicas} -> {after.replicas}")
+    return lines
+
+
+def diagnose(
+    before: Stretch, after: Stretch, segment_variants: dict[str, tuple[float, float]]
+) -> Diagnosis:
+    return Diagnosis(cause_of(before, after), evidence_of(before, after, segment_variants))

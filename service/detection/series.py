@@ -1,0 +1,115 @@
+"""Minute rollups of one (service, model) -> one series per detection bucket, and
+the before/after figures of a stretch of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from service.rollups.aggregate import CAUSES, SUM_COLUMNS
+
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class Series:
+    """Non-empty detection buckets only (gaps are skipped, not zero): `bucket_us` is
+    each bucket's start; `sums` holds the rollup sums per bucket; `distinct_prefixes`
+    and `replicas` are distinct counts within each bucket."""
+
+    bucket_us: I64
+    sums: dict[str, I64]
+    distinct_prefixes: I64
+    replicas: I64
+
+    def __len__(self) -> int:
+        return len(self.bucket_us)
+
+    @property
+    def hit_rate(self) -> npt.NDArray[np.float64]:
+        return self.sums["cached_tokens"] / np.maximum(self.sums["prompt_tokens"], 1)
+
+    @property
+    def weight(self) -> npt.NDArray[np.float64]:
+        return self.sums["prompt_tokens"].astype(np.float64)
+
+
+def build_series(rollups: pl.DataFrame, prefixes: pl.DataFrame, bucket_s: int) -> Series:
+    bucket_us = bucket_s * 1_000_000
+    out = pl.col("bucket_us") // bucket_us * bucket_us
+    sums = (
+        rollups.with_columns(out.alias("b"))
+        .group_by("b")
+        .agg(
+            pl.col(SUM_COLUMNS).sum(),
+            pl.col("replica").filter(pl.col("replica") != "").n_unique().alias("replicas"),
+        )
+        .filter(pl.col("prompt_tokens") > 0)
+        .sort("b")
+    )
+    distinct = (
+        prefixes.with_columns(out.alias("b"))
+        .group_by("b")
+        .agg(pl.col("first_key").n_unique().alias("distinct"))
+    )
+    sums = sums.join(distinct, on="b", how="left").with_columns(pl.col("distinct").fill_null(0))
+    return Series(
+        bucket_us=sums["b"].to_numpy().astype(np.int64),
+        sums={c: sums[c].to_numpy().astype(np.int64) for c in SUM_COLUMNS},
+        distinct_prefixes=sums["distinct"].to_numpy().astype(np.int64),
+        replicas=sums["replicas"].to_numpy().astype(np.int64),
+    )
+
+
+@dataclass(frozen=True)
+class Stretch:
+    """Figures of buckets [start, end) of a series, each a ratio of summed tokens."""
+
+    hit_rate: float
+    cacheable_fraction: float | None
+    rewarm_share: float
+    unique_prefix_ratio: float | None
+    history_rewrite_share: float | None
+    opening_cacheable_fraction: float | None
+    rewarm_tokens: dict[str, int]
+    replicas: int
+
+    def contract_view(self) -> dict[str, float | None]:
+        """The four figures the contract's regression object carries."""
+        return {
+            "hit_rate": _round(self.hit_rate),
+            "cacheable_fraction": _round(self.cacheable_fraction),
+            "rewarm_share": _round(self.rewarm_share),
+            "unique_prefix_ratio": _round(self.unique_prefix_ratio),
+        }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _ratio(numerator: int, denominator: int) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+def stretch(series: Series, start: int, end: int) -> Stretch:
+    total = {name: int(values[start:end].sum()) for name, values in series.sums.items()}
+    replicas = series.replicas[start:end]
+    return Stretch(
+        hit_rate=_ratio(total["cached_tokens"], total["prompt_tokens"]) or 0.0,
+        cacheable_fraction=_ratio(total["cacheable_tokens"], total["fp_prompt_tokens"]),
+        rewarm_share=_ratio(total["rewarm_tokens"], total["prompt_tokens"]) or 0.0,
+        unique_prefix_ratio=_ratio(
+            int(series.distinct_prefixes[start:end].sum()), total["fp_requests"]
+        ),
+        history_rewrite_share=_ratio(total["history_rewrites"], total["session_requests"]),
+        opening_cacheable_fraction=_ratio(
+            total["opening_cacheable_tokens"], total["opening_fp_prompt_tokens"]
+        ),
+        rewarm_tokens={c: total[f"rewarm_tokens_{c}"] for c in CAUSES},
+        # The typical number serving (median over buckets), not a max a blip could set.
+        replicas=int(np.median(replicas)) if len(replicas) else 0,
+    )

@@ -1,0 +1,178 @@
+"""The queries of the detection job (regressions, inferred events, diagnosis data).
+Callers pass a session; nothing here commits."""
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any, cast
+
+import polars as pl
+from sqlalchemy import Table, func, select, text
+from sqlalchemy.orm import Session
+
+from service.models import ChangeEvent, Regression, Rollup, UsageRecord
+
+ROLLUPS = cast(Table, Rollup.__table__)
+USAGE = cast(Table, UsageRecord.__table__)
+DETECTION_LOCK_KEY = 0x63_77_64_74  # "cwdt"
+
+
+def take_detection_lock(session: Session) -> None:
+    """One detection pass at a time across processes (SQLite serializes writers)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": DETECTION_LOCK_KEY})
+
+
+def series_keys(session: Session, since_us: int, service: str | None) -> list[tuple[str, str]]:
+    query = (
+        select(ROLLUPS.c.service, ROLLUPS.c.model)
+        .where(ROLLUPS.c.grain_s == 60, ROLLUPS.c.bucket_us >= since_us)
+        .distinct()
+    )
+    if service is not None:
+        query = query.where(ROLLUPS.c.service == service)
+    return [(s, m) for s, m in session.execute(query).all()]
+
+
+def replica_minutes(session: Session, service: str, model: str, since_us: int) -> pl.DataFrame:
+    query = (
+        select(ROLLUPS.c.bucket_us, ROLLUPS.c.replica, func.sum(ROLLUPS.c.requests))
+        .where(
+            ROLLUPS.c.grain_s == 60,
+            ROLLUPS.c.service == service,
+            ROLLUPS.c.model == model,
+            ROLLUPS.c.bucket_us >= since_us,
+        )
+        .group_by(ROLLUPS.c.bucket_us, ROLLUPS.c.replica)
+    )
+    rows = [tuple(r) for r in session.execute(query).all()]
+    return pl.DataFrame(
+        rows, schema={"bucket_us": pl.Int64, "replica": pl.Utf8, "requests": pl.Int64}, orient="row"
+    )
+
+
+def replica_first_ts(
+    session: Session, service: str, model: str, replica: str, from_us: int
+) -> int | None:
+    return session.scalar(
+        select(func.min(USAGE.c.ts_us)).where(
+            USAGE.c.service == service,
+            USAGE.c.model == model,
+            USAGE.c.replica == replica,
+            USAGE.c.ts_us >= from_us,
+        )
+    )
+
+
+def replica_last_ts(
+    session: Session, service: str, model: str, replica: str, before_us: int
+) -> int | None:
+    return session.scalar(
+        select(func.max(USAGE.c.ts_us)).where(
+            USAGE.c.service == service,
+            USAGE.c.model == model,
+            USAGE.c.replica == replica,
+            USAGE.c.ts_us < before_us,
+        )
+    )
+
+
+def deploy_first_minutes(session: Session, since_us: int) -> list[tuple[str, str, int]]:
+    """(service, deploy, first minute bucket) from the rollups."""
+    query = (
+        select(ROLLUPS.c.service, ROLLUPS.c.deploy, func.min(ROLLUPS.c.bucket_us))
+        .where(ROLLUPS.c.grain_s == 60, ROLLUPS.c.deploy != "", ROLLUPS.c.bucket_us >= since_us)
+        .group_by(ROLLUPS.c.service, ROLLUPS.c.deploy)
+    )
+    return [(s, d, int(b)) for s, d, b in session.execute(query).all()]
+
+
+def deploy_first_record(
+    session: Session, service: str, deploy: str, from_us: int
+) -> tuple[int, str] | None:
+    row = session.execute(
+        select(USAGE.c.ts_us, USAGE.c.model)
+        .where(USAGE.c.service == service, USAGE.c.deploy == deploy, USAGE.c.ts_us >= from_us)
+        .order_by(USAGE.c.ts_us, USAGE.c.id)
+        .limit(1)
+    ).first()
+    return (int(row[0]), str(row[1])) if row else None
+
+
+def known_deploy_tags(session: Session, service: str) -> set[str]:
+    """Tags of the service that already have an inferred deploy event."""
+    query = select(ChangeEvent.deploy).where(
+        ChangeEvent.service == service,
+        ChangeEvent.kind == "deploy",
+        ChangeEvent.source == "inferred",
+    )
+    return {d for d in session.scalars(query).all() if d is not None}
+
+
+def events_near(
+    session: Session, service: str, model: str, from_us: int, to_us: int
+) -> Sequence[ChangeEvent]:
+    query = select(ChangeEvent).where(
+        ChangeEvent.ts_us >= from_us,
+        ChangeEvent.ts_us <= to_us,
+        (ChangeEvent.service == service) | (ChangeEvent.model == model),
+    )
+    return session.scalars(query).all()
+
+
+def segment_variants_per_hour(
+    session: Session, service: str, model: str, from_us: int, to_us: int
+) -> dict[str, float]:
+    """Per segment name, the mean number of distinct hashes per hour of traffic."""
+    query = select(USAGE.c.ts_us, USAGE.c.segments).where(
+        USAGE.c.service == service,
+        USAGE.c.model == model,
+        USAGE.c.ts_us >= from_us,
+        USAGE.c.ts_us < to_us,
+        USAGE.c.segments.is_not(None),
+    )
+    variants: dict[tuple[str, int], set[Any]] = defaultdict(set)
+    hours: set[int] = set()
+    for ts_us, segments in session.execute(query):
+        hour = ts_us // 3_600_000_000
+        hours.add(hour)
+        for segment in segments or ():
+            variants[(segment["name"], hour)].add(segment["hash"])
+    if not hours:
+        return {}
+    per_name: dict[str, float] = defaultdict(float)
+    for (name, _hour), hashes in variants.items():
+        per_name[name] += len(hashes)
+    return {name: total / len(hours) for name, total in per_name.items()}
+
+
+def find_regression(
+    session: Session, service: str, model: str, from_us: int, to_us: int
+) -> Regression | None:
+    query = (
+        select(Regression)
+        .where(
+            Regression.service == service,
+            Regression.model == model,
+            Regression.change_ts_us >= from_us,
+            Regression.change_ts_us <= to_us,
+        )
+        .order_by(Regression.id)
+        .limit(1)
+    )
+    return session.scalars(query).first()
+
+
+def add_regression(session: Session, regression: Regression) -> None:
+    session.add(regression)
+    session.flush()
+
+
+def list_regressions(
+    session: Session, service: str | None, status: str | None, limit: int
+) -> Sequence[Regression]:
+    query = select(Regression).order_by(Regression.change_ts_us.desc(), Regression.id.desc())
+    if service is not None:
+        query = query.where(Regression.service == service)
+    if status is not None:
+        query = query.where(Regression.status == status)
+    return session.scalars(query.limit(limit)).all()

@@ -1,0 +1,96 @@
+"""Traffic simulator: replicas with LRU block caches, routing, in-flight
+prefill and TTFT, driven by a scenario or a Mooncake trace; emits contract
+usage records and change events.
+
+    from service.simulate import detection_week, simulate
+    week = detection_week(seed=3)
+    result = simulate(week.scenario)      # result.records, result.events
+    week.regressions                      # what a detector should find
+"""
+
+from service.simulate.analysis import Buckets, bucket_hit_rates
+from service.simulate.builders import (
+    DetectionWeek,
+    ExpectedChange,
+    corporate_assistant_week,
+    detection_week,
+)
+from service.simulate.cache import ReplicaCache, ReplicaPool
+from service.simulate.engine import Engine, SimulationResult, iter_records, simulate
+from service.simulate.events import scenario_events
+from service.simulate.mooncake import iter_mooncake, load_mooncake, read_mooncake
+from service.simulate.output import (
+    PostError,
+    PostStats,
+    post_events,
+    post_records,
+    write_events,
+    write_ndjson,
+)
+from service.simulate.scenario import (
+    Action,
+    AppendOnlyHistory,
+    CanonicalTools,
+    Change,
+    DailyCurve,
+    Deploy,
+    DynamicSystemPrefix,
+    Fanout,
+    HistoryRewrite,
+    KvBudget,
+    LatencyModel,
+    LengthDist,
+    PromptStructure,
+    Routing,
+    ScaleReplicas,
+    Scenario,
+    Service,
+    ShuffledTools,
+    StaticSystemPrefix,
+    TrafficMultiplier,
+)
+
+__all__ = [
+    "Action",
+    "AppendOnlyHistory",
+    "Buckets",
+    "CanonicalTools",
+    "Change",
+    "DailyCurve",
+    "Deploy",
+    "DetectionWeek",
+    "DynamicSystemPrefix",
+    "Engine",
+    "ExpectedChange",
+    "Fanout",
+    "HistoryRewrite",
+    "KvBudget",
+    "LatencyModel",
+    "LengthDist",
+    "PostError",
+    "PostStats",
+    "PromptStructure",
+    "ReplicaCache",
+    "ReplicaPool",
+    "Routing",
+    "ScaleReplicas",
+    "Scenario",
+    "Service",
+    "ShuffledTools",
+    "SimulationResult",
+    "StaticSystemPrefix",
+    "TrafficMultiplier",
+    "bucket_hit_rates",
+    "corporate_assistant_week",
+    "detection_week",
+    "iter_mooncake",
+    "iter_records",
+    "load_mooncake",
+    "post_events",
+    "post_records",
+    "read_mooncake",
+    "scenario_events",
+    "simulate",
+    "write_events",
+    "write_ndjson",
+]

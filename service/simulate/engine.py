@@ -1,0 +1,349 @@
+"""The event loop: sessions arrive, each turn builds a prompt, is routed to a
+replica, is served from that replica's cache, and becomes a usage record.
+
+Events are processed in time order (timeline changes before requests at the
+same instant). Nothing depends on dict order of unordered data or on Python's
+salted hash(): the output is a function of the scenario and the seed alone.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from service.simulate.cache import ReplicaCache, key_hash
+from service.simulate.prompt import EMPTY, Hashed, Piece, hash_prompt, mix64
+from service.simulate.scenario import (
+    AppendOnlyHistory,
+    CanonicalTools,
+    Change,
+    Deploy,
+    DynamicSystemPrefix,
+    Fanout,
+    HistoryRewrite,
+    KvBudget,
+    Routing,
+    ScaleReplicas,
+    Scenario,
+    ShuffledTools,
+    StaticSystemPrefix,
+    TrafficMultiplier,
+)
+from service.simulate.state import Segment, ServiceState, message
+from service.simulate.timefmt import TsFormatter
+from service.simulate.traffic import geometric, poisson_arrivals, sample_length
+
+Record = dict[str, Any]
+_MASK64 = (1 << 64) - 1
+_CHANGE, _TURN, _CALL = 0, 1, 2
+MAX_BLOCK_HASHES = 8192  # the contract's limit; longer prompts send their first blocks
+
+
+@dataclass
+class SimulationResult:
+    """Records in time order and the posted change events. Records of one run
+    share their static `segments` entries: copy one before changing it."""
+
+    records: list[Record]
+    events: list[dict[str, Any]]
+
+    def hit_rate(self) -> float:
+        prompt = sum(r["prompt_tokens"] for r in self.records)
+        return sum(r["cached_tokens"] for r in self.records) / prompt if prompt else 0.0
+
+
+@dataclass(slots=True)
+class _Session:
+    sid: str
+    user: int
+    key: int | None  # hashed cache_key, for routing
+    key_str: str | None
+    turns_left: int
+    history: list[Piece]  # append-only truth: query, reply, query, reply...
+    history_segments: list[Segment]  # segments of the first messages of `history`
+    last: Hashed  # the previous turn's prompt, base of incremental hashing
+    last_turn_start: int = 0  # index in `history` of the last exchange's first piece
+
+
+class Engine:
+    """Runs one scenario with one seed; iterate `records()` once."""
+
+    def __init__(self, scenario: Scenario, seed: int | None = None) -> None:
+        self.scenario = scenario
+        self.seed = scenario.seed if seed is None else seed
+        self.run_id = scenario.run_id or f"{scenario.name}-s{self.seed}"
+        self.fmt = TsFormatter(scenario.start)
+        self.start_epoch = self.fmt.start_us / 1e6
+        self.services = [ServiceState(s, i, self.seed) for i, s in enumerate(scenario.services)]
+        self.by_name = {s.name: s for s in self.services}
+        for change in scenario.timeline:
+            if change.service not in self.by_name:
+                raise ValueError(f"timeline names unknown service {change.service!r}")
+        self._uid_salt = mix64(self.seed ^ 0x5EED)
+        self._uid_counter = 0
+        self._seq = 0
+        self._requests = 0
+        self._sessions = 0
+        self._heap: list[tuple[float, int, int, int, Any]] = []
+
+    def _uid(self) -> int:
+        """A fresh content id (a new message, summary or context)."""
+        self._uid_counter += 1
+        return mix64((self._uid_salt + self._uid_counter) & _MASK64)
+
+    def _push(self, t: float, kind: int, payload: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, kind, self._seq, kind, payload))
+
+    def _arrivals(self) -> tuple[np.ndarray, np.ndarray]:
+        times: list[np.ndarray] = []
+        owners: list[np.ndarray] = []
+        sc = self.scenario
+        for state in self.services:
+            spec = state.spec
+            steps = sorted(
+                (c.at_s, c.action.factor)
+                for c in sc.timeline
+                if c.service == spec.name and isinstance(c.action, TrafficMultiplier)
+            )
+            rng = np.random.default_rng([self.seed, state.index, 0xA771])
+            sessions_rate = spec.peak_rate / max(spec.prompt.turns_mean, 1.0)
+            t = poisson_arrivals(rng, sc.duration_s, sessions_rate, spec.curve, sc.start, steps)
+            times.append(t)
+            owners.append(np.full(len(t), state.index, dtype=np.int64))
+        all_t = np.concatenate(times) if times else np.empty(0)
+        all_o = np.concatenate(owners) if owners else np.empty(0, dtype=np.int64)
+        order = np.argsort(all_t, kind="stable")
+        return all_t[order], all_o[order]
+
+    def records(self) -> Iterator[Record]:
+        for change in sorted(self.scenario.timeline, key=lambda c: c.at_s):
+            self._push(change.at_s, _CHANGE, change)
+        starts, owners = self._arrivals()
+        start_list: list[float] = starts.tolist()
+        owner_list: list[int] = owners.tolist()
+        duration = self.scenario.duration_s
+        heap = self._heap
+        i, n = 0, len(start_list)
+        while True:
+            if i < n and (not heap or start_list[i] < heap[0][0]):
+                t = start_list[i]
+                state = self.services[owner_list[i]]
+                i += 1
+                yield self._turn(state, self._new_session(state), t)
+                continue
+            if not heap:
+                return
+            t, _, _, kind, payload = heapq.heappop(heap)
+            if t >= duration:
+                if i >= n:
+                    return
+                continue
+            if kind == _CHANGE:
+                self._apply(payload)
+            elif kind == _TURN:
+                state, session = payload
+                yield self._turn(state, session, t)
+            else:
+                state, session, task = payload
+                yield self._call(state, session, task, t)
+
+    # -- requests ------------------------------------------------------------
+
+    def _new_session(self, state: ServiceState) -> _Session:
+        spec = state.spec
+        rnd = state.rnd
+        self._sessions += 1
+        sid = f"{self.run_id}-{state.name}-{self._sessions}"
+        user = rnd.randrange(max(spec.users, 1))
+        key_str: str | None = None
+        if spec.cache_key == "session":
+            key_str = sid
+        elif spec.cache_key == "user":
+            key_str = f"{state.name}-u{user}"
+        turns = geometric(rnd, spec.prompt.turns_mean, spec.prompt.max_turns)
+        key = key_hash(key_str) if key_str is not None else None
+        return _Session(sid, user, key, key_str, turns, [], [], EMPTY)
+
+    def _turn(self, state: ServiceState, session: _Session, t: float) -> Record:
+        spec = state.spec
+        p = spec.prompt
+        rnd = state.rnd
+        static_pieces, static_segments, base = state.static(self.start_epoch + t, session.user)
+        user_pieces, user_segments = state.user_context(session.user)
+        query: Piece = (self._uid(), sample_length(state.normals, p.query))
+        history = session.history
+        history_segments = session.history_segments
+        last_turn = session.last_turn_start
+        if state.rewrite is not None and last_turn > 0:
+            # A fresh summary replaces all but the last exchange.
+            earlier = sum(tokens for _, tokens in history[:last_turn])
+            summary: Piece = (self._uid(), max(1, round(state.rewrite.summary_ratio * earlier)))
+            history = [summary, *history[last_turn:]]
+            history_segments = [message(f"message[{i}]", pc) for i, pc in enumerate(history)]
+        pieces = [*static_pieces, *user_pieces, *history, query]
+        if session.last is not EMPTY:
+            base = session.last
+        hashed = hash_prompt(pieces, state.block_size, base)
+        session.last = hashed
+        segments = [*static_segments, *user_segments, *history_segments]
+        limit = spec.max_message_segments
+        if len(history) < limit:
+            segments.append(message(f"message[{len(history)}]", query))
+        if len(history_segments) > limit:
+            del segments[len(segments) - len(history_segments) + limit :]
+        completion = sample_length(state.normals, p.reply)
+        record, latency_s = self._serve(state, t, hashed, session.key, completion, segments)
+        record["session_id"] = session.sid
+        if session.key_str is not None:
+            record["cache_key"] = session.key_str
+        # History grows by this turn's query, tool results and the reply.
+        added = [query]
+        if p.tool_result is not None:
+            added.append((self._uid(), sample_length(state.normals, p.tool_result)))
+        added.append((self._uid(), completion))
+        session.last_turn_start = len(session.history)
+        for piece in added:
+            if len(session.history) < limit:
+                name = f"message[{len(session.history)}]"
+                session.history_segments.append(message(name, piece))
+            session.history.append(piece)
+        session.turns_left -= 1
+        end = t + latency_s
+        fan = state.fanout
+        if fan is not None and rnd.random() < fan.share:
+            # The K calls share one context; the first call hashes it for all.
+            task: list[Any] = [(self._uid(), fan.context_tokens), None]
+            offsets = sorted(rnd.uniform(0.0, fan.spread_ms / 1000.0) for _ in range(fan.k))
+            for offset in offsets:
+                self._push(end + offset, _CALL, (state, session, task))
+        if session.turns_left > 0:
+            think = sample_length(state.normals, p.think_time_s)
+            self._push(end + think, _TURN, (state, session))
+        return record
+
+    def _call(self, state: ServiceState, session: _Session, task: list[Any], t: float) -> Record:
+        """One of the K parallel calls of a fanned-out task (no session history).
+        `task` is [context piece, hashed start shared by the K calls or None]."""
+        fan = state.fanout
+        reply_dist = fan.reply if fan is not None else state.spec.prompt.reply
+        call_tokens = fan.call_tokens if fan is not None else 60
+        static_pieces, static_segments, base = state.static(self.start_epoch + t, session.user)
+        user_pieces, user_segments = state.user_context(session.user)
+        context: Piece = task[0]
+        shared = [*static_pieces, *user_pieces, context]
+        if task[1] is not None and task[1].pieces == shared:
+            base = task[1]
+        else:
+            base = hash_prompt(shared, state.block_size, base)
+            task[1] = base
+        instruction: Piece = (self._uid(), call_tokens)
+        hashed = hash_prompt([*shared, instruction], state.block_size, base)
+        segments = [
+            *static_segments,
+            *user_segments,
+            message("message[0]", context),
+            message("message[1]", instruction),
+        ]
+        completion = sample_length(state.normals, reply_dist)
+        record, _ = self._serve(state, t, hashed, session.key, completion, segments)
+        if session.key_str is not None:
+            record["cache_key"] = session.key_str
+        return record
+
+    def _serve(
+        self,
+        state: ServiceState,
+        t: float,
+        hashed: Hashed,
+        key: int | None,
+        completion: int,
+        segments: list[Segment],
+    ) -> tuple[Record, float]:
+        hashes = hashed.hashes
+        replica: ReplicaCache = state.pool.route(hashes, key, t)
+        run = replica.hit(hashes, t)
+        prompt = hashed.tokens
+        cached = min(prompt, run * state.block_size)
+        lat = state.spec.latency
+        ttft = lat.base_ms + lat.per_uncached_token_ms * (prompt - cached)
+        ttft += lat.per_cached_token_ms * cached
+        if lat.jitter_sigma > 0:
+            ttft *= math.exp(lat.jitter_sigma * state.normals())
+        # In-flight prefill: the new blocks are reusable only after this TTFT.
+        replica.admit(hashes, run, t + ttft / 1000.0, touched=True)
+        latency = ttft + completion * lat.per_output_token_ms
+        replica.start(t + latency / 1000.0)
+        self._requests += 1
+        record: Record = {
+            "request_id": f"{self.run_id}-{self._requests}",
+            "ts": self.fmt(t),
+            "service": state.name,
+            "model": state.spec.model,
+            "prompt_tokens": prompt,
+            "cached_tokens": cached,
+            "completion_tokens": completion,
+            "ttft_ms": round(ttft, 2),
+            "latency_ms": round(latency, 2),
+            "replica": replica.name,
+        }
+        if state.deploy is not None:
+            record["deploy"] = state.deploy
+        record["block_size"] = state.block_size
+        emitted = hashes[:MAX_BLOCK_HASHES]  # a copy: consumers may mutate records
+        if self.scenario.hash_format == "hex":
+            record["block_hashes"] = [f"{h:016x}" for h in emitted]
+        else:
+            record["block_hashes"] = emitted
+        record["segments"] = segments
+        return record, latency / 1000.0
+
+    # -- timeline ------------------------------------------------------------
+
+    def _apply(self, change: Change) -> None:
+        state = self.by_name[change.service]
+        if change.deploy is not None:
+            state.deploy = change.deploy
+        action = change.action
+        match action:
+            case DynamicSystemPrefix():
+                state.dynamic = action
+            case StaticSystemPrefix():
+                state.dynamic = None
+            case ShuffledTools():
+                state.shuffled = True
+            case CanonicalTools():
+                state.shuffled = False
+            case HistoryRewrite():
+                state.rewrite = action
+            case AppendOnlyHistory():
+                state.rewrite = None
+            case ScaleReplicas():
+                state.pool.resize(action.replicas)
+                if action.routing is not None:
+                    state.pool.set_policy(action.routing)
+            case Routing():
+                state.pool.set_policy(action.policy)
+            case KvBudget():
+                state.pool.set_kv_tokens(action.tokens_per_replica)
+            case Fanout():
+                state.fanout = action if action.k > 1 and action.share > 0 else None
+            case Deploy() | TrafficMultiplier():
+                pass  # a tag only / applied to the arrival process up front
+
+
+def iter_records(scenario: Scenario, seed: int | None = None) -> Iterator[Record]:
+    """Stream the scenario's usage records in time order (bounded memory)."""
+    return Engine(scenario, seed).records()
+
+
+def simulate(scenario: Scenario, seed: int | None = None) -> SimulationResult:
+    """Run the scenario: all its usage records and its posted change events."""
+    from service.simulate.events import scenario_events
+
+    return SimulationResult(list(iter_records(scenario, seed)), scenario_events(scenario))

@@ -1,0 +1,253 @@
+"""Dataclasses describing a simulated scenario: services, prompt structure,
+traffic, latency and a timeline of changes.
+
+Everything here is plain frozen data; `engine.py` interprets it. Times on the
+timeline are seconds since `Scenario.start`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+RoutingPolicy = Literal["round_robin", "prefix_affinity", "least_loaded"]
+ROUTING_POLICIES: tuple[RoutingPolicy, ...] = ("round_robin", "prefix_affinity", "least_loaded")
+CacheKeyMode = Literal["session", "user"]
+SegmentName = Literal["system", "tools", "response_format"]
+HashFormat = Literal["int", "hex"]
+
+DAY_S = 86_400.0
+HOUR_S = 3_600.0
+DEFAULT_START = datetime(2025, 3, 3, tzinfo=UTC)  # a Monday, 00:00 UTC
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """A token count: lognormal with the given mean, clipped to [low, high]."""
+
+    mean: float
+    sigma: float = 0.5
+    low: int = 1
+    high: int = 1_000_000
+
+    @property
+    def mu(self) -> float:
+        # Chosen so that the unclipped lognormal has exactly `mean` as its mean.
+        return math.log(max(self.mean, 1e-9)) - self.sigma * self.sigma / 2
+
+
+@dataclass(frozen=True)
+class DailyCurve:
+    """Relative traffic by time of day: `night` outside working hours, rising as
+    sin^shape to 1.0 midway between `start_hour` and `end_hour`. Weekends
+    (days 5 and 6 counted from a Monday start) are scaled by `weekend`."""
+
+    night: float = 0.08
+    start_hour: float = 7.0
+    end_hour: float = 21.0
+    shape: float = 1.5
+    weekend: float = 1.0
+    utc_offset_hours: float = 0.0
+
+    @staticmethod
+    def flat() -> DailyCurve:
+        return DailyCurve(night=1.0, weekend=1.0)
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """TTFT = (base + per uncached token + per cached token) * lognormal jitter;
+    latency = TTFT + completion tokens * per output token. No queueing."""
+
+    base_ms: float = 120.0
+    per_uncached_token_ms: float = 0.05
+    per_cached_token_ms: float = 0.002
+    per_output_token_ms: float = 20.0
+    jitter_sigma: float = 0.1
+
+
+@dataclass(frozen=True)
+class PromptStructure:
+    """How one service builds its prompts. The static start is made of the
+    segments in `order` (zero-token ones are left out); then an optional
+    per-user context; then the session history (each turn appends its query,
+    the tool results gathered while answering, if any, and the assistant's
+    reply); then the current query."""
+
+    system_tokens: int = 1500
+    tool_tokens: tuple[int, ...] = ()
+    response_format_tokens: int = 0
+    order: tuple[SegmentName, ...] = ("system", "tools", "response_format")
+    user_context_tokens: int = 0
+    query: LengthDist = LengthDist(120, 0.6, 5, 4000)
+    reply: LengthDist = LengthDist(300, 0.5, 5, 4000)
+    tool_result: LengthDist | None = None
+    turns_mean: float = 6.0
+    max_turns: int = 40
+    think_time_s: LengthDist = LengthDist(45, 0.8, 3, 1800)
+
+    @property
+    def static_tokens(self) -> int:
+        return self.system_tokens + sum(self.tool_tokens) + self.response_format_tokens
+
+
+@dataclass(frozen=True)
+class Service:
+    """One calling application, served by its own pool of replicas."""
+
+    name: str
+    model: str
+    prompt: PromptStructure = PromptStructure()
+    peak_rate: float = 2.0  # user turns per second at the daily peak
+    curve: DailyCurve = DailyCurve()
+    users: int = 2_000
+    replicas: int = 1
+    routing: RoutingPolicy = "round_robin"
+    kv_tokens: int | None = 1_048_576  # per replica; None = unbounded
+    block_size: int = 256
+    cache_key: CacheKeyMode | None = "session"
+    affinity_blocks: int = 4  # prefix_affinity without cache_key hashes this many blocks
+    latency: LatencyModel = LatencyModel()
+    deploy: str | None = "v1.0.0"
+    max_message_segments: int = 4  # message[i] segments listed per record
+
+
+# ---------------------------------------------------------------------------
+# Timeline actions. Each is a first-class change that the engine applies.
+
+
+@dataclass(frozen=True)
+class Deploy:
+    """A release with no effect on prompts or serving (only the tag changes)."""
+
+
+@dataclass(frozen=True)
+class DynamicSystemPrefix:
+    """Something variable at the TOP of the system prompt: the current time
+    (rounded to `granularity_s`) or the user's name."""
+
+    source: Literal["time", "user"] = "time"
+    tokens: int = 12
+    granularity_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class StaticSystemPrefix:
+    """Fix of `DynamicSystemPrefix`: the system prompt is constant again."""
+
+
+@dataclass(frozen=True)
+class ShuffledTools:
+    """Tools serialized in a random order on every request."""
+
+
+@dataclass(frozen=True)
+class CanonicalTools:
+    """Fix of `ShuffledTools`: tools in their canonical order again."""
+
+
+@dataclass(frozen=True)
+class HistoryRewrite:
+    """Each continuing turn replaces all but the last exchange with a fresh
+    summary of `summary_ratio` times their tokens, instead of appending."""
+
+    summary_ratio: float = 0.5
+
+
+@dataclass(frozen=True)
+class AppendOnlyHistory:
+    """Fix of `HistoryRewrite`: history is appended to again."""
+
+
+@dataclass(frozen=True)
+class ScaleReplicas:
+    """Set the replica count (new replicas start cold), optionally with a new
+    routing policy. Posts no event unless the change asks for one."""
+
+    replicas: int
+    routing: RoutingPolicy | None = None
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Change the routing policy."""
+
+    policy: RoutingPolicy
+
+
+@dataclass(frozen=True)
+class KvBudget:
+    """Change every replica's KV-cache budget (tokens; None = unbounded)."""
+
+    tokens_per_replica: int | None
+
+
+@dataclass(frozen=True)
+class Fanout:
+    """After a share of user turns, the agent sends `k` parallel calls that share
+    a fresh context of `context_tokens` (cold: nobody has it cached) plus a
+    per-call instruction, all within `spread_ms`. k <= 1 turns fan-out off."""
+
+    k: int = 10
+    context_tokens: int = 3000
+    call_tokens: int = 60
+    share: float = 0.2
+    spread_ms: float = 5.0
+    reply: LengthDist = LengthDist(150, 0.5, 5, 2000)
+
+
+@dataclass(frozen=True)
+class TrafficMultiplier:
+    """Multiply the service's arrival rate by `factor` (absolute, not cumulative)."""
+
+    factor: float
+
+
+Action = (
+    Deploy
+    | DynamicSystemPrefix
+    | StaticSystemPrefix
+    | ShuffledTools
+    | CanonicalTools
+    | HistoryRewrite
+    | AppendOnlyHistory
+    | ScaleReplicas
+    | Routing
+    | KvBudget
+    | Fanout
+    | TrafficMultiplier
+)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One timeline entry. `deploy` sets the service's release tag from then on.
+    `post`: None means the default (a deploy event when `deploy` is set, else a
+    config event for `Routing`/`KvBudget`, else nothing)."""
+
+    at_s: float
+    service: str
+    action: Action
+    deploy: str | None = None
+    post: bool | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    services: tuple[Service, ...]
+    duration_s: float
+    timeline: tuple[Change, ...] = ()
+    start: datetime = DEFAULT_START
+    seed: int = 0
+    hash_format: HashFormat = "int"
+    run_id: str | None = None  # request-id prefix; default derives from the seed
+
+    def service(self, name: str) -> Service:
+        for svc in self.services:
+            if svc.name == name:
+                return svc
+        raise KeyError(name)

@@ -1,0 +1,170 @@
+"""docker-compose.yml and the Dockerfile: valid for docker-compose, the services
+the docs promise, and commands the image can actually run."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from service.cli import app as cli_app
+from tests.conftest import PROJECT_ROOT, skip_or_fail
+
+COMPOSE_FILE = PROJECT_ROOT / "docker-compose.yml"
+DOCKERFILE = PROJECT_ROOT / "Dockerfile"
+
+
+def docker_compose() -> str:
+    found = shutil.which("docker-compose")
+    if found is None:
+        skip_or_fail("docker-compose is not installed (Debian: docker-compose)")
+    return str(found)
+
+
+def run_compose(*args: str) -> subprocess.CompletedProcess[str]:
+    # A clean environment: no COMPOSE_* or CACHEWATCH_* from the caller changes the file.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "CACHEWATCH_"))}
+    return subprocess.run(
+        [docker_compose(), "-f", str(COMPOSE_FILE), *args],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    """The file as docker-compose resolves it (anchors, defaults, short syntax)."""
+    as_json = run_compose("config", "--format", "json")  # Compose v2
+    # v1 answers an unknown option with its help text and exit status 0.
+    if as_json.returncode == 0 and as_json.stdout.lstrip().startswith("{"):
+        config: dict[str, Any] = json.loads(as_json.stdout)
+        return config
+    # Compose v1 (Debian 12) prints YAML only; it is a Python program that always
+    # has PyYAML, which this venv lacks: its own interpreter converts the output.
+    resolved = run_compose("config")
+    assert resolved.returncode == 0, resolved.stderr
+    interpreter = Path(docker_compose()).read_text().splitlines()[0].removeprefix("#!").strip()
+    converted = subprocess.run(
+        [
+            *interpreter.split(),
+            "-c",
+            "import json, sys, yaml; json.dump(yaml.safe_load(sys.stdin), sys.stdout)",
+        ],
+        input=resolved.stdout,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert converted.returncode == 0, converted.stderr
+    config = json.loads(converted.stdout)
+    return config
+
+
+def test_compose_file_validates() -> None:
+    validated = run_compose("config", "-q")
+    assert validated.returncode == 0, validated.stderr
+    assert validated.stdout == ""
+
+
+def test_postgres_service(compose: dict[str, Any]) -> None:
+    postgres = compose["services"]["postgres"]
+    assert postgres["image"] == "postgres:16"
+    # The data lives in a named volume declared at the top level, so it survives
+    # `docker-compose down` and container rebuilds.
+    targets = {_volume_source_target(v) for v in postgres.get("volumes", [])}
+    assert ("pgdata", "/var/lib/postgresql/data") in targets, postgres.get("volumes")
+    assert "pgdata" in compose.get("volumes", {})
+    test = postgres["healthcheck"]["test"]
+    assert any("pg_isready" in part for part in test), test
+
+
+def test_api_service(compose: dict[str, Any]) -> None:
+    api = compose["services"]["api"]
+    build = api["build"]
+    context = Path(build["context"] if isinstance(build, dict) else build)
+    dockerfile = build.get("dockerfile", "Dockerfile") if isinstance(build, dict) else "Dockerfile"
+    assert (context / dockerfile).resolve() == DOCKERFILE.resolve()
+    assert api["command"][:2] == ["cachewatch", "serve"], api["command"]
+    assert "0.0.0.0" in api["command"], "inside a container the API must listen beyond loopback"
+    url = api["environment"]["CACHEWATCH_DATABASE_URL"]
+    assert url.startswith("postgresql+psycopg://") and "@postgres:" in url, url
+    assert api["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert any("/healthz" in part for part in api["healthcheck"]["test"])
+
+
+def test_worker_service(compose: dict[str, Any]) -> None:
+    worker = compose["services"]["worker"]
+    assert worker["build"] == compose["services"]["api"]["build"]  # the same image
+    assert worker["command"][0] == "cachewatch"
+    assert (
+        worker["environment"]["CACHEWATCH_DATABASE_URL"]
+        == (compose["services"]["api"]["environment"]["CACHEWATCH_DATABASE_URL"])
+    )
+    assert "postgres" in worker["depends_on"]
+
+
+def test_every_compose_command_is_a_real_cli_command(compose: dict[str, Any]) -> None:
+    """A typo or a command not written yet would only show when the container starts."""
+    for name, service in compose["services"].items():
+        command = service.get("command")
+        if not command or command[0] != "cachewatch":
+            continue
+        subcommand = [part for part in command[1:] if not part.startswith("-")][:1]
+        answer = CliRunner().invoke(cli_app, [*subcommand, "--help"])
+        assert answer.exit_code == 0, (
+            f"service {name} runs `cachewatch {subcommand[0]}`: {answer.output.strip()}"
+        )
+
+
+def test_dockerfile_installs_the_console_script_and_its_files() -> None:
+    text = DOCKERFILE.read_text()
+    assert text.startswith("FROM python:3.11"), "the project targets Python 3.11"
+    for needed in ("pyproject.toml", "alembic.ini", "service", "dashboards", "migrations"):
+        assert any(
+            line.startswith(("COPY", "ADD")) and needed in line for line in text.splitlines()
+        ), f"the image lacks {needed}"
+    assert "pip install" in text
+    assert '"cachewatch", "serve"' in text
+
+
+def test_installed_package_finds_its_migrations(tmp_path: Path) -> None:
+    """The image installs the package into site-packages (`pip install .`, not
+    editable) while alembic.ini and migrations/ stay in /app, and runs the console
+    script from there. Reproduced here: `cachewatch migrate` must work in that layout,
+    or `cachewatch serve` dies at start in every container."""
+    site_packages, app_dir = tmp_path / "site-packages", tmp_path / "app"
+    shutil.copytree(PROJECT_ROOT / "service", site_packages / "service")
+    app_dir.mkdir()
+    shutil.copy(PROJECT_ROOT / "alembic.ini", app_dir / "alembic.ini")
+    shutil.copytree(PROJECT_ROOT / "migrations", app_dir / "migrations")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEWATCH_")}
+    env["CACHEWATCH_DATABASE_URL"] = f"sqlite:///{tmp_path / 'image.db'}"
+    # Like the console script: the installed package first on sys.path, not the cwd.
+    script = (
+        f"import sys; sys.path[0] = {str(site_packages)!r}; "
+        "from service.cli import app; app(['migrate'])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=app_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-1000:]
+
+
+def _volume_source_target(volume: Any) -> tuple[str, str]:
+    if isinstance(volume, dict):
+        return str(volume.get("source")), str(volume.get("target"))
+    source, target, *_ = str(volume).split(":")
+    return source, target
