@@ -53,11 +53,14 @@ test: install system-deps postgres lint
 	@echo "== tests on PostgreSQL =="
 	CACHEWATCH_TEST_DATABASE_URL=$(PG_URL) $(PY) -m pytest -p no:cacheprovider
 
+# The whole story on the embedded SQLite database; leaves the dashboard served.
 demo: install
-	CACHEWATCH_PUBLIC_READ=true $(VENV)/bin/cachewatch serve --host 127.0.0.1 --port 8000
+	$(VENV)/bin/cachewatch demo --port $${PORT:-8000}
 
 bench: install
 	$(PY) bench/ingest.py
+	$(PY) bench/analytics.py
+	$(PY) bench/detection.py
 
 clean:
 	rm -rf $(VENV) *.egg-info cachewatch.db cachewatch.db-wal cachewatch.db-shm

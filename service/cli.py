@@ -6,6 +6,7 @@ from typing import Annotated, Any
 import typer
 
 from service.db import make_engine, make_sessionmaker
+from service.fingerprint_cli import app as diff_app
 from service.settings import get_settings
 from service.simulate.cli import app as simulate_app
 
@@ -16,6 +17,7 @@ app = typer.Typer(
 token_app = typer.Typer(help="API tokens.", no_args_is_help=True)
 app.add_typer(token_app, name="token")
 app.add_typer(simulate_app, name="simulate", help="Simulated traffic with known regressions.")
+app.add_typer(diff_app, name="diff", help="Where two requests stop sharing a prefix, and why.")
 
 
 class ScopeChoice(StrEnum):
@@ -103,6 +105,21 @@ def _describe_attribution(attribution: dict[str, Any]) -> str:
         f"after {attribution['kind']} {what} "
         f"({attribution['source']}, lag {attribution['lag_s']:.0f} s)"
     )
+
+
+@app.command()
+def demo(
+    port: Annotated[int, typer.Option(help="Port for the demo server.")] = 8000,
+    folder: Annotated[str, typer.Option(help="Where the demo database and logs go.")] = "demo",
+    exit_when_done: Annotated[bool, typer.Option(help="Stop instead of serving on.")] = False,
+) -> None:
+    """The whole product on the embedded database: simulated traffic with three
+    harmful releases and their fixes, detection, alerts, the dashboard."""
+    from pathlib import Path
+
+    from service.demo import run_demo
+
+    run_demo(Path(folder), port, keep_serving=not exit_when_done)
 
 
 @token_app.command("create")

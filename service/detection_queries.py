@@ -121,8 +121,10 @@ def events_near(
 
 def segment_variants_per_hour(
     session: Session, service: str, model: str, from_us: int, to_us: int
-) -> dict[str, float]:
-    """Per segment name, the mean number of distinct hashes per hour of traffic."""
+) -> tuple[dict[str, float], float]:
+    """Per segment name, the mean number of distinct hashes per hour of traffic, and
+    the mean number of requests per hour (to tell a part that became unique from
+    one that merely follows the traffic)."""
     query = select(USAGE.c.ts_us, USAGE.c.segments).where(
         USAGE.c.service == service,
         USAGE.c.model == model,
@@ -131,18 +133,19 @@ def segment_variants_per_hour(
         USAGE.c.segments.is_not(None),
     )
     variants: dict[tuple[str, int], set[Any]] = defaultdict(set)
-    hours: set[int] = set()
+    requests: dict[int, int] = defaultdict(int)
     for ts_us, segments in session.execute(query):
         hour = ts_us // 3_600_000_000
-        hours.add(hour)
+        requests[hour] += 1
         for segment in segments or ():
             variants[(segment["name"], hour)].add(segment["hash"])
-    if not hours:
-        return {}
+    if not requests:
+        return {}, 0.0
     per_name: dict[str, float] = defaultdict(float)
     for (name, _hour), hashes in variants.items():
         per_name[name] += len(hashes)
-    return {name: total / len(hours) for name, total in per_name.items()}
+    hours = len(requests)
+    return {name: total / hours for name, total in per_name.items()}, sum(requests.values()) / hours
 
 
 def find_regression(

@@ -11,6 +11,27 @@ REWARM_CAUSE_NAMES = {"concurrent": "cold_fanout", "routing": "routing", "evicti
 
 
 @dataclass(frozen=True)
+class SegmentVariants:
+    """Distinct hashes per hour of each segment (before, after), and requests per
+    hour (before, after)."""
+
+    per_hour: dict[str, tuple[float, float]]
+    requests_per_hour: tuple[float, float]
+
+    def became_varied(self) -> list[tuple[str, float, float]]:
+        """Segments whose share of distinct values per request at least doubled and
+        moved by 10 points: a part that became unique, not one that follows traffic
+        (per-session messages have more variants when there are more sessions)."""
+        rate_was, rate_now = (max(r, 1.0) for r in self.requests_per_hour)
+        found = []
+        for name, (was, now) in self.per_hour.items():
+            share_was, share_now = min(was / rate_was, 1.0), min(now / rate_now, 1.0)
+            if share_now >= 2 * share_was and share_now - share_was >= 0.10:
+                found.append((share_now - share_was, name, was, now))
+        return [(name, was, now) for _, name, was, now in sorted(found, reverse=True)]
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     cause: str
     evidence: list[str]
@@ -47,27 +68,27 @@ def cause_of(before: Stretch, after: Stretch) -> str:
 def evidence_of(
     before: Stretch,
     after: Stretch,
-    segment_variants: dict[str, tuple[float, float]],
+    segment_variants: SegmentVariants,
 ) -> list[str]:
     """Numbered facts a reader can check, most telling first."""
     lines = [
         f"hit rate {_pct(before.hit_rate)} -> {_pct(after.hit_rate)}; cacheable fraction "
         f"{_pct(before.cacheable_fraction)} -> {_pct(after.cacheable_fraction)}"
     ]
-    if before.unique_prefix_ratio is not None and after.unique_prefix_ratio is not None:
+    if (
+        before.unique_prefix_ratio is not None
+        and after.unique_prefix_ratio is not None
+        and abs(after.unique_prefix_ratio - before.unique_prefix_ratio) >= 0.05
+    ):
         lines.append(
             f"unique_prefix_ratio {before.unique_prefix_ratio:.2f} -> "
             f"{after.unique_prefix_ratio:.2f} (distinct request starts per request)"
         )
-    changed = sorted(
-        segment_variants.items(), key=lambda kv: kv[1][1] / max(kv[1][0], 1e-9), reverse=True
-    )
-    for name, (was, now) in changed[:3]:
-        if now >= 2 * max(was, 1.0) or was >= 2 * max(now, 1.0):
-            lines.append(
-                f"segment `{name}` had {was:.0f} variant{'s' if round(was) != 1 else ''} per hour "
-                f"before and {now:.0f} after"
-            )
+    for name, was, now in segment_variants.became_varied()[:3]:
+        lines.append(
+            f"segment `{name}` had {was:.0f} variant{'s' if round(was) != 1 else ''} per hour "
+            f"before and {now:.0f} after"
+        )
     if before.history_rewrite_share is not None or after.history_rewrite_share is not None:
         lines.append(
             f"history rewrites: {_pct(before.history_rewrite_share)} of continuing session "
@@ -91,7 +112,5 @@ def evidence_of(
     return lines
 
 
-def diagnose(
-    before: Stretch, after: Stretch, segment_variants: dict[str, tuple[float, float]]
-) -> Diagnosis:
+def diagnose(before: Stretch, after: Stretch, segment_variants: SegmentVariants) -> Diagnosis:
     return Diagnosis(cause_of(before, after), evidence_of(before, after, segment_variants))

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from service import detection_queries as queries
 from service import repository
 from service.detection.changepoints import Drop, DropRule, lasting_drops
-from service.detection.diagnosis import diagnose
+from service.detection.diagnosis import SegmentVariants, diagnose
 from service.detection.inferred import replica_changes
 from service.detection.series import Series, build_series, stretch
 from service.ingest.timestamps import us_to_rfc3339
@@ -122,12 +122,17 @@ def _record(
 
 def _segment_variants(
     session: Session, service: str, model: str, series: Series, drop: Drop, change_us: int
-) -> dict[str, tuple[float, float]]:
+) -> SegmentVariants:
     before_from = max(int(series.bucket_us[drop.before.start]), change_us - _DIAGNOSIS_SPAN_US)
     after_to = min(int(series.bucket_us[drop.after.end - 1]) + 1, change_us + _DIAGNOSIS_SPAN_US)
-    was = queries.segment_variants_per_hour(session, service, model, before_from, change_us)
-    now = queries.segment_variants_per_hour(session, service, model, change_us, after_to)
-    return {name: (was.get(name, 0.0), now.get(name, 0.0)) for name in sorted({*was, *now})}
+    was, was_rate = queries.segment_variants_per_hour(
+        session, service, model, before_from, change_us
+    )
+    now, now_rate = queries.segment_variants_per_hour(session, service, model, change_us, after_to)
+    return SegmentVariants(
+        {name: (was.get(name, 0.0), now.get(name, 0.0)) for name in sorted({*was, *now})},
+        (was_rate, now_rate),
+    )
 
 
 def _attribute(

@@ -1,0 +1,247 @@
+"""`cachewatch demo`: the whole product on the embedded database, end to end.
+
+A corporate assistant (a long system prompt and 14 tools, many users, a daily
+curve) is simulated for four days with three "harmless" releases and their fixes:
+the current time and company name at the top of the system prompt (fixed by moving
+that context to the tail), tools gathered from an unordered plugin registry (fixed
+by sorting them), a scale-out to 4 replicas with round-robin (fixed by
+prefix-affinity routing). Its records are posted to a real server over HTTP as a
+log shipper would; then detection runs, each regression is printed with its
+attribution and cause, alerts go to Slack (or a local sink), and the dashboard is
+left served."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from service.simulate import (
+    CanonicalTools,
+    Change,
+    DailyCurve,
+    DynamicSystemPrefix,
+    LengthDist,
+    PromptStructure,
+    Routing,
+    ScaleReplicas,
+    Scenario,
+    Service,
+    ShuffledTools,
+    StaticSystemPrefix,
+    post_events,
+    post_records,
+    simulate,
+)
+from service.simulate.scenario import DAY_S, DEFAULT_START
+
+HOUR_S = 3600.0
+SERVICE = "corporate-assistant"
+MODEL = "acme-chat-70b"
+
+
+def demo_scenario(seed: int = 7, peak_rate: float = 1.2) -> Scenario:
+    """Four working days; one release a day at 10:00 and its fix at 15:00."""
+    prompt = PromptStructure(
+        system_tokens=1_200,
+        tool_tokens=(60, 75, 50, 80, 45, 70, 65, 55, 60, 75, 50, 70, 40, 65),
+        query=LengthDist(150, 0.6, 5, 4_000),
+        tool_result=LengthDist(1_000, 0.7, 20, 8_000),
+        reply=LengthDist(350, 0.5, 10, 4_000),
+        turns_mean=7.0,
+        max_turns=30,
+        think_time_s=LengthDist(45, 0.8, 3, 1_800),
+    )
+    service = Service(
+        name=SERVICE,
+        model=MODEL,
+        prompt=prompt,
+        peak_rate=peak_rate,
+        curve=DailyCurve(night=0.08),
+        users=3_000,
+        replicas=1,
+        routing="prefix_affinity",
+        kv_tokens=4_194_304,
+        block_size=256,
+        cache_key="session",
+        deploy="v3.4.0",
+    )
+
+    def at(day: int, hour: float) -> float:
+        return day * DAY_S + hour * HOUR_S
+
+    timeline = (
+        Change(
+            at(1, 10),
+            SERVICE,
+            DynamicSystemPrefix("time"),
+            deploy="v3.5.0",
+            description="greet users with the current time and company name",
+        ),
+        Change(
+            at(1, 15),
+            SERVICE,
+            StaticSystemPrefix(),
+            deploy="v3.5.1",
+            description="move the greeting context to the end of the prompt",
+        ),
+        Change(
+            at(2, 10),
+            SERVICE,
+            ShuffledTools(),
+            deploy="v3.6.0",
+            description="gather tools from the plugin registry",
+        ),
+        Change(
+            at(2, 15), SERVICE, CanonicalTools(), deploy="v3.6.1", description="sort tools by name"
+        ),
+        Change(at(3, 10), SERVICE, ScaleReplicas(4, "round_robin")),
+        Change(
+            at(3, 15),
+            SERVICE,
+            Routing("prefix_affinity"),
+            description="routing: prefix affinity on the session key",
+        ),
+    )
+    return Scenario(
+        name="demo",
+        services=(service,),
+        duration_s=4 * DAY_S,
+        timeline=timeline,
+        start=DEFAULT_START,
+        seed=seed,
+    )
+
+
+@dataclass
+class DemoServer:
+    url: str
+    process: subprocess.Popen[bytes]
+
+
+def _check_port_free(port: int) -> None:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            raise SystemExit(
+                f"port {port} is in use: stop what listens there or pass --port"
+            ) from None
+
+
+def _start_server(env: dict[str, str], port: int, log: Path) -> DemoServer:
+    _check_port_free(port)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited; see {log}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return DemoServer(url, process)
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise RuntimeError(f"the server did not start; see {log}")
+
+
+def _token(env: dict[str, str], scope: str) -> str:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "service.cli",
+            "token",
+            "create",
+            "--scope",
+            scope,
+            "--name",
+            "demo",
+        ],
+        env=env,
+        capture_output=True,
+        check=True,
+        text=True,
+    )
+    return out.stdout.strip()
+
+
+def run_demo(folder: Path, port: int, keep_serving: bool = True) -> list[dict[str, Any]]:
+    """Run the story; returns the regressions found (contract JSON)."""
+    started = time.monotonic()
+    folder.mkdir(parents=True, exist_ok=True)
+    database = folder / "cachewatch-demo.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{database}{suffix}").unlink(missing_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEWATCH_")}
+    env.update(
+        CACHEWATCH_DATABASE_URL=f"sqlite:///{database}",
+        CACHEWATCH_PUBLIC_READ="true",
+        CACHEWATCH_PUBLIC_URL=f"http://127.0.0.1:{port}",
+        CACHEWATCH_RUN_JOBS="false",
+    )
+    for name in ("CACHEWATCH_SLACK_WEBHOOK_URL",):
+        if os.environ.get(name):
+            env[name] = os.environ[name]
+    subprocess.run([sys.executable, "-m", "service.cli", "migrate"], env=env, check=True)
+    ingest, admin = _token(env, "ingest"), _token(env, "admin")
+    server = _start_server(env, port, folder / "server.log")
+    print(f"cachewatch is serving {server.url} (SQLite at {database})", flush=True)
+    try:
+        result = simulate(demo_scenario())
+        print(
+            f"simulated 4 days of {SERVICE}: {len(result.records):,} requests, "
+            f"{len(result.events)} posted change events",
+            flush=True,
+        )
+        post_events(server.url, ingest, result.events)
+        stats = post_records(server.url, ingest, result.records, batch_size=2_000)
+        print(f"posted like a log shipper: {stats}", flush=True)
+        answer = httpx.post(
+            f"{server.url}/v1/detect", headers={"Authorization": f"Bearer {admin}"}, timeout=600
+        )
+        answer.raise_for_status()
+        regressions = sorted(answer.json(), key=lambda r: r["change_ts"])
+        print(f"\n{len(regressions)} regressions:", flush=True)
+        for r in regressions:
+            _print_regression(r)
+        print(f"\ndone in {time.monotonic() - started:.0f} s. Dashboard: {server.url}/", flush=True)
+        if keep_serving:
+            print("Ctrl-C stops the server.", flush=True)
+            server.process.wait()
+        return regressions
+    except KeyboardInterrupt:
+        return []
+    finally:
+        server.process.terminate()
+        server.process.wait(10)
+
+
+def _print_regression(r: dict[str, Any]) -> None:
+    before, after = r["before"], r["after"]
+    attribution = r["attributed_to"]
+    assert isinstance(before, dict) and isinstance(after, dict)
+    if isinstance(attribution, dict):
+        what = attribution.get("deploy") or f"{attribution.get('replicas')} replicas"
+        lag = f"lag {attribution['lag_s']:.0f} s"
+        source = f"{attribution['kind']} {what} ({attribution['source']}, {lag})"
+    else:
+        source = "no change event nearby"
+    print(
+        f"- {r['change_ts']}  hit rate {before['hit_rate']:.0%} -> {after['hit_rate']:.0%}  "
+        f"cause {r['cause']}  after {source}  [{r['status']}]"
+    )
+    for line in r["evidence"] or []:
+        print(f"    {line}")
