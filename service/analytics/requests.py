@@ -209,7 +209,9 @@ def _reuse(req: pl.DataFrame, ts: I64, ids: I64, state: ReuseState, w_us: int) -
     n = req.height
     flat, counts = unpack_blobs(req["block_hashes"])
     has_prefix = req["prefix_key"].is_not_null().to_numpy()
-    entries, idle = _split_entries(state.entries, flat, req["prefix_key"].to_numpy()[has_prefix])
+    entries, idle = _split_entries(
+        state.entries, flat, req["prefix_key"].fill_null(0).to_numpy()[has_prefix]
+    )
     n_src_state = entries.height
     model_state, model_req = codes(entries["model"], req["model"])
     rep_state, rep_req = codes(entries["replica"], req["replica"])
@@ -229,7 +231,7 @@ def _reuse(req: pl.DataFrame, ts: I64, ids: I64, state: ReuseState, w_us: int) -
     has_prefix = req["prefix_key"].is_not_null().to_numpy()
     prefix_req = np.flatnonzero(has_prefix)
     keys = np.concatenate(
-        [entries["key"].to_numpy(), flat, req["prefix_key"].to_numpy()[prefix_req]]
+        [entries["key"].to_numpy(), flat, req["prefix_key"].fill_null(0).to_numpy()[prefix_req]]
     ).astype(np.int64)
     del flat  # the view below keeps the blocks; the joined blobs can go
     out.flat, out.counts = keys[n_src_state : n_src_state + n_blocks], counts
