@@ -15,6 +15,7 @@ GAMMA = 1.02
 FLOOR_MS = 0.01  # everything at or below falls in bin 0
 MAX_BIN = 65535
 _PAIR = np.dtype([("bin", "<u2"), ("count", "<u4")])
+PAIR_BYTES = _PAIR.itemsize
 _LOG_GAMMA = math.log(GAMMA)
 
 

@@ -1,6 +1,7 @@
 """GET /v1/metrics: rollups re-bucketed to the asked bucket, with the contract's
 ratios computed from summed numerators and denominators (never averaged ratios)."""
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,22 +81,34 @@ def _summarize(rows: pl.DataFrame, prefixes: pl.DataFrame, by: str) -> dict[int,
 
 
 def _ttft_percentiles(rows: pl.DataFrame, by: str) -> dict[int, dict[str, dict[str, float | None]]]:
-    merged: dict[int, dict[str, dict[int, int]]] = {}
-    for out, hit_blob, miss_blob in rows.select(by, "ttft_hit", "ttft_miss").iter_rows():
-        for outcome, blob in (("hit", hit_blob), ("miss", miss_blob)):
-            bins, counts = histogram.decode(blob)
-            target = merged.setdefault(out, {}).setdefault(outcome, {})
-            for b, c in zip(bins.tolist(), counts.tolist(), strict=True):
-                target[b] = target.get(b, 0) + c
+    """p50/p95 per output bucket, from all the rows' histograms merged at once: the
+    blobs are concatenated and read as one array, sorted by (bucket, bin), and each
+    bucket's percentiles found by binary search on its cumulative counts."""
     answer: dict[int, dict[str, dict[str, float | None]]] = {}
-    for out, outcomes in merged.items():
-        for outcome, counts_by_bin in outcomes.items():
-            bins = np.fromiter(counts_by_bin.keys(), dtype=np.int64)
-            counts = np.fromiter(counts_by_bin.values(), dtype=np.int64)
-            answer.setdefault(out, {})[outcome] = {
-                "p50": histogram.percentile(bins, counts, 0.50),
-                "p95": histogram.percentile(bins, counts, 0.95),
-            }
+    outs = rows[by].to_numpy()
+    for outcome, column in (("hit", "ttft_hit"), ("miss", "ttft_miss")):
+        bins, counts = histogram.decode(b"".join(b for b in rows[column].to_list() if b))
+        if not len(bins):
+            continue
+        pairs_per_row = (rows[column].bin.size().fill_null(0) // histogram.PAIR_BYTES).to_numpy()
+        keys = np.repeat(outs, pairs_per_row)
+        order = np.lexsort((bins, keys))
+        keys, bins, counts = keys[order], bins[order], counts[order].astype(np.int64)
+        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+        ends = np.r_[starts[1:], len(keys)]
+        cumulative = np.cumsum(counts)
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+            before = int(cumulative[start - 1]) if start else 0
+            total = int(cumulative[end - 1]) - before
+            window = cumulative[start:end] - before
+            values: dict[str, float | None] = {}
+            for name, q in (("p50", 0.50), ("p95", 0.95)):
+                rank = max(1, math.ceil(q * total))
+                position = int(np.searchsorted(window, rank))
+                values[name] = float(
+                    histogram.bin_value(bins[start + position : start + position + 1])[0]
+                )
+            answer.setdefault(int(keys[start]), {})[outcome] = values
     return answer
 
 
