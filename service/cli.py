@@ -5,6 +5,7 @@ from typing import Annotated, Any
 
 import typer
 
+from service.alerts.cli import app as alerts_app
 from service.db import make_engine, make_sessionmaker
 from service.fingerprint_cli import app as diff_app
 from service.settings import get_settings
@@ -18,6 +19,7 @@ token_app = typer.Typer(help="API tokens.", no_args_is_help=True)
 app.add_typer(token_app, name="token")
 app.add_typer(simulate_app, name="simulate", help="Simulated traffic with known regressions.")
 app.add_typer(diff_app, name="diff", help="Where two requests stop sharing a prefix, and why.")
+app.add_typer(alerts_app, name="alerts", help="Slack alerts: test the webhook, deliver now.")
 
 
 class ScopeChoice(StrEnum):

@@ -7,6 +7,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Float,
+    ForeignKey,
     Index,
     Integer,
     LargeBinary,
@@ -252,3 +253,49 @@ class Regression(Base):
         UniqueConstraint("service", "model", "change_ts_us"),
         Index("ix_regressions_change", "change_ts_us"),
     )
+
+
+class Alert(Base):
+    """The Slack outbox (issue 5): one message owed per (regression, kind), kind
+    `opened` or `resolved`. Written in the detection transaction, so a regression is
+    never stored without its alert; sent later by the alerts job (service.alerts).
+
+    `state`: pending -> sending (claimed: `claim` is the lease token, valid until
+    `lease_until_us`) -> sent | failed; `no_webhook` is pending while no webhook is
+    configured. Retries go back to pending with a later `next_attempt_us`."""
+
+    __tablename__ = "alerts"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    regression_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("regressions.id", ondelete="CASCADE")
+    )
+    kind: Mapped[str] = mapped_column(String(10))
+    state: Mapped[str] = mapped_column(String(12))
+    created_us: Mapped[int] = mapped_column(BigInteger)
+    updated_us: Mapped[int] = mapped_column(BigInteger)
+    next_attempt_us: Mapped[int] = mapped_column(BigInteger)
+    # HTTP attempts, and the consecutive 5xx / connection errors that drive backoff.
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    errors: Mapped[int] = mapped_column(Integer, default=0)
+    claim: Mapped[str | None] = mapped_column(String(36))
+    lease_until_us: Mapped[int | None] = mapped_column(BigInteger)
+    sent_us: Mapped[int | None] = mapped_column(BigInteger)
+    last_status: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        UniqueConstraint("regression_id", "kind"),
+        Index("ix_alerts_state_due", "state", "next_attempt_us"),
+    )
+
+
+class AlertWebhook(Base):
+    """Per webhook (keyed by the SHA-256 of its URL: the URL is a secret), the
+    earliest time the next message may go: one per second, later after a 429. A
+    row, not process memory, so that several workers share the limit."""
+
+    __tablename__ = "alert_webhooks"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    next_send_us: Mapped[int] = mapped_column(BigInteger)

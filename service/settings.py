@@ -35,6 +35,21 @@ class Settings(BaseSettings):
     drop_min_rel: float = Field(0.20, gt=0, le=1)
     drop_min_buckets: int = Field(3, ge=1)
     detect_lookback_days: int = Field(14, ge=1)
+    # Slack alerts (service.alerts, docs/alerts.md). The delivery job runs every
+    # `alerts_interval_s`; the HTTP timeout must stay well under the lease, or a second
+    # worker could take over an alert whose message is still in flight.
+    alerts_interval_s: int = Field(10, gt=0)
+    alerts_http_timeout_s: float = Field(10.0, gt=0)
+    alerts_lease_s: float = Field(120.0, gt=0)
+    # Slack allows about one message per second per webhook.
+    alerts_min_interval_s: float = Field(1.0, ge=0)
+    # 5xx and connection errors: retried after base * 2^(n-1) (capped, with jitter),
+    # at most `alerts_max_attempts` times in a row before the alert is marked failed.
+    alerts_backoff_base_s: float = Field(5.0, gt=0)
+    alerts_backoff_max_s: float = Field(600.0, gt=0)
+    alerts_max_attempts: int = Field(8, ge=1)
+    # Alerts due together go out as one digest of at most this many.
+    alerts_digest_max: int = Field(10, ge=1, le=40)
 
 
 @lru_cache

@@ -10,6 +10,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.blocking import BlockingScheduler
 from sqlalchemy.orm import Session, sessionmaker
 
+from service.alerts import delivery as alerts_delivery
 from service.services import analytics_pass, detection
 from service.settings import Settings
 
@@ -20,6 +21,7 @@ def jobs(settings: Settings) -> list[tuple[str, Callable[[Session, Settings], ob
     return [
         ("analytics", analytics_pass.catch_up, settings.analytics_interval_s),
         ("detection", detection.detect, settings.detect_interval_s),
+        ("alerts", alerts_delivery.run_job, settings.alerts_interval_s),
     ]
 
 

@@ -7,7 +7,15 @@ from fastapi import FastAPI
 
 from service import worker
 from service.api.errors import install_error_handlers
-from service.api.routers import events, health, metrics, regressions, rejected, usage
+from service.api.routers import (
+    alerts,
+    events,
+    health,
+    metrics,
+    regressions,
+    rejected,
+    usage,
+)
 from service.db import make_engine, make_sessionmaker
 from service.settings import Settings, get_settings
 
@@ -33,6 +41,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = make_engine(settings)
     app.state.sessionmaker = make_sessionmaker(app.state.engine)
     install_error_handlers(app)
-    for module in (usage, events, rejected, metrics, regressions, health):
+    for module in (usage, events, rejected, metrics, regressions, alerts, health):
         app.include_router(module.router)
     return app

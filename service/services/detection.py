@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from service import detection_queries as queries
 from service import repository
+from service.alerts import outbox
 from service.detection.changepoints import Drop, DropRule, lasting_drops
 from service.detection.diagnosis import SegmentVariants, diagnose
 from service.detection.inferred import replica_changes
@@ -64,6 +65,8 @@ def detect(session: Session, settings: Settings, service: str | None = None) -> 
         for drop in lasting_drops(series.hit_rate, series.weight, rule):
             regression, is_new = _record(session, settings, svc, model, series, drop, now_us)
             (created if is_new else updated).append(regression)
+    # Slack alerts (issue 5): queued in this transaction, sent by the alerts job.
+    outbox.enqueue_for_detection(session, created, updated, now_us)
     return DetectionReport(created, updated, inferred)
 
 

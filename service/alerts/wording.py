@@ -1,0 +1,130 @@
+"""The words of an alert: percentages, durations, times, the attributed change and
+the cause in sentences a user can act on. Pure functions of the regression's JSON
+(contract section 5); the results are mrkdwn, user strings escaped."""
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from service.alerts.mrkdwn import code, escape
+
+CAUSE_LABELS: dict[str, str] = {
+    "prefix_instability": "the start of the request changes",
+    "history_rewrite": "conversation history is rewritten",
+    "routing": "requests miss the replica that holds their prefix",
+    "eviction": "prefixes are evicted before reuse",
+    "cold_fanout": "parallel requests on a cold prefix",
+    "unknown": "unknown",
+}
+
+
+def pct(value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "n/a"
+    return f"{value:.0%}"
+
+
+def duration(seconds: float) -> str:
+    """`45 s`, `4 min`, `1 min 40 s`, `3 h 55 min`, `2 d 4 h`."""
+    total = round(abs(seconds))
+    sign = "-" if seconds < 0 and total else ""
+    days, rest = divmod(total, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        parts = [f"{days} d", f"{hours} h" if hours else ""]
+    elif hours:
+        parts = [f"{hours} h", f"{minutes} min" if minutes else ""]
+    elif minutes:
+        parts = [f"{minutes} min", f"{secs} s" if secs else ""]
+    else:
+        parts = [f"{secs} s"]
+    return sign + " ".join(p for p in parts if p)
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def when(text: str) -> str:
+    """`2026-11-18 14:05 UTC` from the contract's RFC 3339."""
+    return parse_time(text).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def event_name(attribution: Mapping[str, Any]) -> str:
+    """`deploy `v42``, `the change to 4 replicas`, `a config change`, `a note`."""
+    kind = str(attribution.get("kind") or "")
+    if kind == "deploy" and attribution.get("deploy"):
+        return "deploy " + code(str(attribution["deploy"]))
+    if kind == "replicas" and attribution.get("replicas") is not None:
+        return f"the change to {int(attribution['replicas'])} replicas"
+    if kind == "config":
+        return "a config change"
+    if kind == "note":
+        return "a noted change"
+    return "a change event" if not kind else f"a {escape(kind)} event"
+
+
+def attribution_line(regression: Mapping[str, Any]) -> str:
+    """The change the drop is attributed to, with its lag, or that there is none."""
+    attribution = regression.get("attributed_to")
+    if not attribution:
+        return "none recorded near the drop (no deploy, replica or config event)"
+    lag_s = float(attribution.get("lag_s") or 0.0)
+    source = escape(str(attribution.get("source") or "posted"))
+    at = when(str(attribution["ts"])) if attribution.get("ts") else "an unknown time"
+    if lag_s > 0:
+        relation = "the drop began after it"
+    elif lag_s < 0:
+        # The change time is the start of its detection bucket, which can precede
+        # the event that caused it.
+        relation = "within the drop's first detection bucket"
+    else:
+        relation = "the drop began with it"
+    return f"{event_name(attribution)} at {at} ({source}), lag {duration(lag_s)}: {relation}"
+
+
+def _after_change(regression: Mapping[str, Any]) -> str:
+    attribution = regression.get("attributed_to")
+    return f" after {event_name(attribution)}" if attribution else ""
+
+
+def cause_sentence(regression: Mapping[str, Any]) -> str:
+    """One sentence per cause, in the user's terms, with a question to check first."""
+    after = _after_change(regression)
+    cause = str(regression.get("cause") or "unknown")
+    if cause == "prefix_instability":
+        return (
+            f"The start of the request became unique{after}: "
+            "a timestamp or per-user data moved to the top of the prompt?"
+        )
+    if cause == "history_rewrite":
+        return (
+            f"Conversations stopped extending their history{after}: each turn rewrites "
+            "earlier messages (summarized, trimmed or reordered?), so the previous turn's "
+            "cache no longer matches."
+        )
+    if cause == "routing":
+        return (
+            f"Requests land on replicas that never saw their prefix{after}: "
+            "more replicas, or routing without prefix affinity (round-robin)?"
+        )
+    if cause == "eviction":
+        return (
+            f"Prefixes are evicted before they are reused{after}: "
+            "a smaller KV cache budget, a shorter TTL or more traffic per replica?"
+        )
+    if cause == "cold_fanout":
+        return (
+            f"Many requests with the same new prefix start together{after}, before the "
+            "first finished its prefill, so each computes it again: "
+            "warm the prefix with one request before fanning out?"
+        )
+    return (
+        f"The hit rate fell{after} but the records do not say why: "
+        "send `block_hashes` (or `prefix_hash`) and `replica` so cachewatch can tell."
+    )
+
+
+def cause_label(regression: Mapping[str, Any]) -> str:
+    return CAUSE_LABELS.get(str(regression.get("cause")), escape(str(regression.get("cause"))))

@@ -1,0 +1,32 @@
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+
+from service.alerts import repository
+from service.alerts.views import alert_to_json
+from service.api.deps import ReadAuth, SessionDep
+
+router = APIRouter(tags=["alerts"])
+
+State = Literal["pending", "sending", "sent", "failed", "no_webhook"]
+
+
+@router.get("/v1/alerts", dependencies=[ReadAuth])
+def get_alerts(
+    session: SessionDep,
+    state: State | None = None,
+    kind: Literal["opened", "resolved"] | None = None,
+    regression_id: Annotated[int | None, Query(ge=1)] = None,
+    service: Annotated[str | None, Query(max_length=100)] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> list[dict[str, Any]]:
+    """Slack alerts with their delivery state, newest first."""
+    rows = repository.list_alerts(
+        session,
+        state=state,
+        kind=kind,
+        regression_id=regression_id,
+        service=service or None,
+        limit=limit,
+    )
+    return [alert_to_json(alert, regression) for alert, regression in rows]
