@@ -109,8 +109,14 @@ def insert_event(session: Session, row: dict[str, Any]) -> tuple[ChangeEvent, bo
     """Store an event unless one with the same dedupe_key exists; (event, created)."""
     dialect = session.get_bind().dialect.name
     insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    stmt = insert(EVENTS_TABLE).values(**row).on_conflict_do_nothing(index_elements=["dedupe_key"])
-    created = bool(session.connection().execute(stmt).rowcount)
+    stmt = (
+        insert(EVENTS_TABLE)
+        .values(**row)
+        .on_conflict_do_nothing(index_elements=["dedupe_key"])
+        .returning(EVENTS_TABLE.c.id)
+    )
+    # RETURNING, not rowcount: psycopg reports -1 (truthy) for a skipped insert.
+    created = session.connection().execute(stmt).first() is not None
     event = session.scalars(
         select(ChangeEvent).where(ChangeEvent.dedupe_key == row["dedupe_key"])
     ).one()
