@@ -9,9 +9,11 @@ from service import worker
 from service.api.errors import install_error_handlers
 from service.api.routers import (
     alerts,
+    dashboard,
     events,
     health,
     metrics,
+    prometheus,
     regressions,
     rejected,
     usage,
@@ -43,4 +45,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     for module in (usage, events, rejected, metrics, regressions, alerts, health):
         app.include_router(module.router)
+    app.include_router(dashboard.router)
+    app.include_router(prometheus.router)
     return app

@@ -4,10 +4,11 @@ The shape is read from the body itself: some shippers label NDJSON as
 `application/x-www-form-urlencoded`, so Content-Type is never trusted."""
 
 import zlib
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from service.ingest.fast import FastRecord, decode_line
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _BOM = b"\xef\xbb\xbf"
@@ -23,17 +24,49 @@ class UndecodableBody(Exception):
     """The body cannot be decoded at all (answer 400, keep it as rejected)."""
 
 
-@dataclass(slots=True)
+_UNPARSED: Any = object()
+
+
 class BodyItem:
     """One record position in the body: the decoded value, or why the line is not JSON.
 
     `raw` is the exact line for NDJSON; for arrays and single objects it is None and
-    the value is re-serialized only if the record is rejected."""
+    the value is re-serialized only if the record is rejected. `record` is set when
+    the fast path decoded the line (see `service.ingest.fast`): the line is then
+    valid JSON, and `value` is decoded from `raw` only if something asks for it."""
 
-    index: int
-    value: Any = None
-    raw: bytes | None = None
-    error: str | None = None
+    __slots__ = ("_value", "error", "index", "raw", "record")
+
+    def __init__(
+        self,
+        index: int,
+        value: Any = None,
+        raw: bytes | None = None,
+        error: str | None = None,
+        record: FastRecord | None = None,
+    ) -> None:
+        self.index = index
+        self._value = value
+        self.raw = raw
+        self.error = error
+        self.record = record
+
+    @classmethod
+    def decoded(cls, index: int, raw: bytes, record: FastRecord) -> "BodyItem":
+        return cls(index, _UNPARSED, raw=raw, record=record)
+
+    @property
+    def value(self) -> Any:
+        if self._value is _UNPARSED:
+            self._value = orjson.loads(self.raw)  # type: ignore[arg-type]  # raw is set
+        return self._value
+
+    @value.setter
+    def value(self, value: Any) -> None:
+        self._value = value
+
+    def __repr__(self) -> str:
+        return f"BodyItem(index={self.index}, raw={self.raw!r}, error={self.error!r})"
 
     def verbatim(self) -> bytes:
         return self.raw if self.raw is not None else orjson.dumps(self.value)
@@ -106,6 +139,10 @@ def _split_ndjson(text: bytes) -> list[BodyItem]:
     for line in text.split(b"\n"):
         line = line.removesuffix(b"\r")  # the rest of the line is kept verbatim
         if not line.strip(_WHITESPACE):
+            continue
+        record = decode_line(line)
+        if record is not None:  # the hot path: no dict, no second decode
+            items.append(BodyItem.decoded(len(items), line, record))
             continue
         item = BodyItem(len(items), raw=line)
         try:

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from service import detection_queries as queries
-from service import repository
+from service import repository, telemetry
 from service.alerts import outbox
 from service.detection.changepoints import Drop, DropRule, lasting_drops
 from service.detection.diagnosis import SegmentVariants, diagnose
@@ -67,6 +67,7 @@ def detect(session: Session, settings: Settings, service: str | None = None) -> 
             (created if is_new else updated).append(regression)
     # Slack alerts (issue 5): queued in this transaction, sent by the alerts job.
     outbox.enqueue_for_detection(session, created, updated, now_us)
+    telemetry.count_detection_run()
     return DetectionReport(created, updated, inferred)
 
 

@@ -1,0 +1,320 @@
+"""What each data request of the page answers: the time-series figures with the
+headline, the capacity figure, and the two tables. All read the rollups, except the
+capacity replay which reads a bounded sample of the records."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from dashboards import figures, queries
+from dashboards.budget import parse_budget
+from dashboards.cache import ReplayCache
+from dashboards.filters import HOUR_S, RawFilters, View, format_duration, resolve
+from dashboards.series import series
+from service.analytics.capacity import capacity_curve
+from service.ingest.timestamps import us_to_rfc3339
+from service.models import Regression
+from service.services.events import event_to_json
+from service.services.regressions import regression_to_json
+from service.settings import Settings
+
+CAPACITY_SIZES = tuple(16384 * 4**i for i in range(6))  # 16Ki .. 16Mi tokens
+#: The capacity replay reads at most this many of the newest requests in the range.
+CAPACITY_MAX_REQUESTS = 20_000
+CAPACITY_WAIT_S = 0.2
+MAX_EVENTS = 500
+TOP_PREFIXES = 20
+
+FINGERPRINT_HINT = (
+    "Send `block_hashes` (with `block_size`) or `prefix_hash` (with `prefix_tokens`) "
+    "in each usage record to see what could have been cached."
+)
+
+
+@dataclass(frozen=True)
+class Context:
+    """A resolved view and the services it reads."""
+
+    view: View
+    services: tuple[str, ...]
+    models: tuple[str, ...]
+    newest_us: int | None
+
+    def scope(self, from_us: int, to_us: int) -> queries.Scope:
+        return queries.Scope(self.services, self.models, self.view.model, from_us, to_us)
+
+
+def context(session: Session, raw: RawFilters, now_us: int) -> Context:
+    """Raises `FilterError` for parameters that cannot be understood."""
+    keys = [
+        (s, m)
+        for s, m in queries.series_keys(session)
+        if (not raw.service or s == raw.service) and (not raw.model or m == raw.model)
+    ]
+    services = tuple(sorted({s for s, _ in keys}))
+    models = tuple(sorted({m for _, m in keys}))
+    newest = queries.newest_bucket(session, services, raw.model or None)
+    return Context(resolve(raw, newest, now_us), services, models, newest)
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+def headline_values(sums: dict[str, int]) -> dict[str, Any]:
+    """The headline numbers from range sums, with the contract's definitions."""
+    return {
+        "requests": sums["requests"],
+        "hit_rate": _ratio(sums["cached_tokens"], sums["prompt_tokens"]),
+        "cacheable_fraction": _ratio(sums["cacheable_tokens"], sums["fp_prompt_tokens"]),
+        "capture_ratio": _ratio(sums["fp_cached_tokens"], sums["cacheable_tokens"]),
+        "rewarms": sum(sums[f"rewarms_{c}"] for c in figures.CAUSE_COLORS),
+    }
+
+
+def view_json(ctx: Context) -> dict[str, Any]:
+    view = ctx.view
+    previous_from, previous_to = view.previous
+    return {
+        "service": view.service,
+        "model": view.model,
+        "from": us_to_rfc3339(view.from_us),
+        "to": us_to_rfc3339(view.to_us),
+        "previous_from": us_to_rfc3339(previous_from),
+        "previous_to": us_to_rfc3339(previous_to),
+        "bucket": format_duration(view.bucket_s),
+        "bucket_raised_from": (
+            format_duration(view.bucket_raised_from_s) if view.bucket_raised_from_s else None
+        ),
+        "newest": us_to_rfc3339(ctx.newest_us) if ctx.newest_us is not None else None,
+    }
+
+
+def series_notes(buckets: Sequence[dict[str, Any]]) -> dict[str, str | None]:
+    """Per panel, what is missing and what to send to get it (None: nothing)."""
+    if not any(b["requests"] for b in buckets):
+        nothing = "No usage records for these filters in this range."
+        return dict.fromkeys(("hit_rate", "rewarms", "ttft", "replicas"), nothing)
+    fingerprinted = any(b["fingerprinted_requests"] for b in buckets)
+    has_ttft = any(b["ttft_ms"][o]["p50"] is not None for b in buckets for o in ("hit", "miss"))
+    total = sum(b["rewarms"]["total"] for b in buckets)
+    unknown = sum(b["rewarms"]["unknown"] for b in buckets)
+    rewarm_note = None
+    if not fingerprinted:
+        rewarm_note = "Rewarms need fingerprints. " + FINGERPRINT_HINT
+    elif total and unknown == total:
+        rewarm_note = "Send `replica` in each record to tell routing from eviction."
+    elif not total:
+        rewarm_note = "No rewarms in this range: every reusable prefix was served from cache."
+    return {
+        "hit_rate": None
+        if fingerprinted
+        else "The ceiling needs fingerprints. " + FINGERPRINT_HINT,
+        "rewarms": rewarm_note,
+        "ttft": None if has_ttft else "Send `ttft_ms` in each record to compare hits and misses.",
+        "replicas": (
+            None
+            if any(b["replicas"] for b in buckets)
+            else "Send `replica` (the pod or endpoint that served the request) to see "
+            "replicas serving."
+        ),
+    }
+
+
+def markers(session: Session, view: View) -> figures.Markers:
+    events = queries.events_in_range(
+        session, view.service, view.model, view.from_us, view.to_us, MAX_EVENTS
+    )
+    regressions = queries.regressions_in_range(
+        session, view.service, view.model, view.from_us, view.to_us
+    )
+    return figures.markers_from(
+        [event_to_json(e) for e in events],
+        [regression_to_json(r) for r in regressions],
+        us_to_rfc3339(view.to_us),
+    )
+
+
+def series_payload(session: Session, ctx: Context) -> dict[str, Any]:
+    """Headline and the four time-series figures."""
+    view = ctx.view
+    grain = HOUR_S if view.bucket_s % HOUR_S == 0 else 60  # the range is bucket-aligned
+    buckets = series(
+        session,
+        grain_s=grain,
+        bucket_s=view.bucket_s,
+        services=ctx.services,
+        models=ctx.models,
+        model=view.model,
+        from_us=view.from_us,
+        to_us=view.to_us,
+    )
+    answer = {"bucket_s": view.bucket_s, "buckets": buckets}
+    current = headline_values(queries.range_totals(session, ctx.scope(view.from_us, view.to_us)))
+    previous = headline_values(queries.range_totals(session, ctx.scope(*view.previous)))
+    marks = markers(session, view)
+    built = {
+        "hit_rate": figures.hit_rate_figure(answer, marks),
+        "rewarms": figures.rewarms_figure(answer, marks),
+        "ttft": figures.ttft_figure(answer, marks),
+        "replicas": figures.replicas_figure(answer, marks),
+    }
+    return {
+        "view": view_json(ctx),
+        "grain_s": grain,
+        "points": len(buckets),
+        "headline": {"current": current, "previous": previous},
+        "figures": {name: figure.to_plotly_json() for name, figure in built.items()},
+        "notes": series_notes(buckets),
+        "events": len(marks.events),
+        "regressions": len(marks.spans),
+    }
+
+
+def current_budget(session: Session, view: View, model: str) -> figures.Budget | None:
+    """The budget of the latest `config` event (up to the range's end) that tells one."""
+    for event in queries.config_events_before(session, view.service, model, view.to_us, 200):
+        tokens = parse_budget(event.description)
+        if tokens is not None:
+            return figures.Budget(tokens, us_to_rfc3339(event.ts_us), event.description or "")
+    return None
+
+
+def _replay(frame: Any, sizes: Sequence[int], model: str) -> dict[str, Any]:
+    result = capacity_curve(frame, sizes)
+    return {
+        "model": model,
+        "requests": frame.height,
+        "from": us_to_rfc3339(int(frame["ts_us"][0])) if frame.height else None,
+        "block_size": result.block_size,
+        "ceiling": result.ceiling,
+        "points": [{"tokens": p.tokens, "hit_rate": p.hit_rate} for p in result.points],
+    }
+
+
+def capacity_payload(
+    session: Session, ctx: Context, replays: ReplayCache, wait_s: float = CAPACITY_WAIT_S
+) -> dict[str, Any]:
+    """The capacity figure, or `pending` while its replay runs."""
+    view = ctx.view
+    model = view.model or queries.busiest_model(session, ctx.scope(view.from_us, view.to_us))
+    if model is None:
+        return {"pending": False, "figure": None, "note": "No usage records in this range."}
+    budget = current_budget(session, view, model)
+    sizes = tuple(sorted({*CAPACITY_SIZES, *([budget.tokens] if budget else [])}))
+    key = ("capacity", model, view.from_us, view.to_us, sizes, queries.max_usage_id(session))
+    result = replays.cached(key)
+    if result is None:
+        if not replays.running(key):
+            frame = queries.latest_block_frame(
+                session, model, view.from_us, view.to_us, CAPACITY_MAX_REQUESTS
+            )
+            replays.submit(key, lambda: _replay(frame, sizes, model))
+        result = replays.wait(key, wait_s)
+    if result is None:
+        return {"pending": True, "model": model}
+    note = None
+    if not result["requests"]:
+        note = "The capacity curve replays requests with `block_hashes`. " + FINGERPRINT_HINT
+    elif budget is None:
+        note = (
+            "Post a `config` event telling the KV budget (e.g. `KV cache budget 4194304 "
+            "tokens`) to see where you stand on the curve."
+        )
+    return {
+        "pending": False,
+        "model": model,
+        "requests": result["requests"],
+        "sample_from": result["from"],
+        "sampled": result["requests"] >= CAPACITY_MAX_REQUESTS,
+        "budget": (
+            {"tokens": budget.tokens, "ts": budget.ts, "description": budget.description}
+            if budget
+            else None
+        ),
+        "figure": (
+            figures.capacity_figure(result, budget).to_plotly_json() if result["requests"] else None
+        ),
+        "note": note,
+    }
+
+
+def _attribution_text(attributed: dict[str, Any] | None) -> str:
+    if not attributed:
+        return "no event within reach"
+    kind = attributed.get("kind")
+    what = {
+        "deploy": f"deploy {attributed.get('deploy')}",
+        "replicas": f"replicas -> {attributed.get('replicas')}",
+    }.get(str(kind), str(kind))
+    lag = attributed.get("lag_s")
+    lag_text = f", change {lag:+.0f} s after it" if isinstance(lag, int | float) else ""
+    return f"{what} at {attributed.get('ts')} ({attributed.get('source')}{lag_text})"
+
+
+def regression_row(regression: Regression, alert_state: str) -> dict[str, Any]:
+    data = regression_to_json(regression)
+    before, after = data["before"] or {}, data["after"] or {}
+    return {
+        "id": data["id"],
+        "service": data["service"],
+        "model": data["model"],
+        "change_ts": data["change_ts"],
+        "status": data["status"],
+        "resolved_at": data["resolved_at"],
+        "hit_rate_before": before.get("hit_rate"),
+        "hit_rate_after": after.get("hit_rate"),
+        "cacheable_before": before.get("cacheable_fraction"),
+        "cacheable_after": after.get("cacheable_fraction"),
+        "attribution": _attribution_text(data["attributed_to"]),
+        "cause": data["cause"],
+        "evidence": [str(line) for line in data["evidence"] or []],
+        "alert": alert_state,
+    }
+
+
+def _key_hex(key: int) -> str:
+    return f"{key & 0xFFFF_FFFF_FFFF_FFFF:016x}"
+
+
+def prefix_row(row: dict[str, Any]) -> dict[str, Any]:
+    prompt = int(row["prompt_tokens"] or 0)
+    return {
+        "prefix": _key_hex(int(row["first_key"])),
+        "service": row["service"],
+        "model": row["model"],
+        "requests": int(row["requests"] or 0),
+        "prompt_tokens": prompt,
+        "hit_rate": _ratio(int(row["cached_tokens"] or 0), prompt),
+        "cacheable_fraction": _ratio(int(row["cacheable_tokens"] or 0), prompt),
+        "replicas": int(row["replicas"] or 0),
+        "rewarms": int(row["rewarms"] or 0),
+        "rewarm_tokens": int(row["rewarm_tokens"] or 0),
+    }
+
+
+def tables_payload(session: Session, settings: Settings, ctx: Context) -> dict[str, Any]:
+    """The regressions (newest first, with their Slack alerts' state) and the top
+    prefixes by prompt tokens."""
+    view = ctx.view
+    regressions = queries.regressions_in_range(
+        session, view.service, view.model, view.from_us, view.to_us
+    )
+    states = queries.alert_states(session, [r.id for r in regressions])
+    prefixes = queries.top_prefixes(session, ctx.scope(view.from_us, view.to_us), TOP_PREFIXES)
+    return {
+        "regressions": [regression_row(r, states.get(r.id, "none")) for r in regressions],
+        "prefixes": [prefix_row(p) for p in prefixes],
+        "notes": {
+            "regressions": (
+                None
+                if regressions
+                else "No regressions in this range. Detection looks for lasting hit-rate "
+                f"drops every {format_duration(settings.detect_interval_s)} over "
+                f"{format_duration(settings.detect_bucket_s)} buckets."
+            ),
+            "prefixes": None if prefixes else "No fingerprinted requests. " + FINGERPRINT_HINT,
+        },
+    }

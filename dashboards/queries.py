@@ -1,0 +1,304 @@
+"""The reads the dashboard needs beyond `/v1/metrics`: the filter choices, headline
+totals, top prefixes, markers and the capacity sample. Each is one indexed query
+over the rollups (or a bounded one over the records); nothing here writes."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+from sqlalchemy import Select, case, func, select, union_all
+from sqlalchemy.orm import Session
+
+from service import detection_queries, repository
+from service.models import Alert, ChangeEvent, Regression
+from service.rollups.aggregate import CAUSES
+
+ROLLUPS = repository.ROLLUP_TABLE
+PREFIXES = repository.PREFIX_TABLE
+USAGE = repository.USAGE_TABLE
+
+
+HOUR_US = 3600 * 1_000_000
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which rollup rows a panel reads. Services and models are always listed: the
+    indexes start (grain, service, bucket) and (grain, model, bucket), so a list
+    bounds the read where no filter would scan every row of the grain (and SQLite,
+    without statistics, picks the covering model index only when models are named)."""
+
+    services: tuple[str, ...]
+    models: tuple[str, ...]
+    model: str | None
+    from_us: int
+    to_us: int
+
+    def segments(self) -> list[tuple[int, int, int]]:
+        """(grain_s, from_us, to_us): hourly rows for the whole hours of the range,
+        minute rows for its ragged ends (60x fewer rows to read)."""
+        first_hour = -(-self.from_us // HOUR_US) * HOUR_US
+        last_hour = (self.to_us // HOUR_US) * HOUR_US
+        if first_hour >= last_hour:
+            return [(60, self.from_us, self.to_us)]
+        parts = [(60, self.from_us, first_hour), (3600, first_hour, last_hour)]
+        parts.append((60, last_hour, self.to_us))
+        return [(g, a, b) for g, a, b in parts if a < b]
+
+
+def _where(table: Any, scope: Scope, grain_s: int, from_us: int, to_us: int) -> Any:
+    return (
+        (table.c.grain_s == grain_s)
+        & table.c.service.in_(list(scope.services))
+        & table.c.model.in_([scope.model] if scope.model is not None else list(scope.models))
+        & (table.c.bucket_us >= from_us)
+        & (table.c.bucket_us < to_us)
+    )
+
+
+def series_keys(session: Session) -> list[tuple[str, str]]:
+    """Every (service, model) with data, for the filter menus (hourly rows: 60x
+    fewer to scan, and every minute row has its hour row)."""
+    query = (
+        select(ROLLUPS.c.service, ROLLUPS.c.model)
+        .where(ROLLUPS.c.grain_s == 3600)
+        .distinct()
+        .order_by(ROLLUPS.c.service, ROLLUPS.c.model)
+    )
+    return [(s, m) for s, m in session.execute(query).all()]
+
+
+def newest_bucket(session: Session, services: Sequence[str], model: str | None) -> int | None:
+    """The start of the newest minute bucket with data of the services (and model):
+    the newest hour row first, then the minute rows of that hour only."""
+    if not services:
+        return None
+    c = ROLLUPS.c
+    conditions: list[Any] = [c.service.in_(list(services))]
+    if model is not None:
+        conditions.append(c.model == model)
+    hour = session.scalar(select(func.max(c.bucket_us)).where(c.grain_s == 3600, *conditions))
+    if hour is None:
+        return None
+    newest = session.scalar(
+        select(func.max(c.bucket_us)).where(c.grain_s == 60, c.bucket_us >= hour, *conditions)
+    )
+    return int(newest if newest is not None else hour)
+
+
+TOTAL_COLUMNS = (
+    "requests",
+    "prompt_tokens",
+    "cached_tokens",
+    "fp_prompt_tokens",
+    "fp_cached_tokens",
+    "cacheable_tokens",
+    "rewarm_tokens",
+    *[f"rewarms_{c}" for c in CAUSES],
+)
+
+
+def range_totals(session: Session, scope: Scope) -> dict[str, int]:
+    """Sums over the range, computed by the database (no rows come back): the
+    headline needs only these, for the range and the one before it."""
+    totals = dict.fromkeys(TOTAL_COLUMNS, 0)
+    if not scope.services:
+        return totals
+    columns = [func.coalesce(func.sum(ROLLUPS.c[name]), 0) for name in TOTAL_COLUMNS]
+    for grain, from_us, to_us in scope.segments():
+        where = _where(ROLLUPS, scope, grain, from_us, to_us)
+        row = session.execute(select(*columns).where(where)).one()
+        for name, value in zip(TOTAL_COLUMNS, row, strict=True):
+            totals[name] += int(value)
+    return totals
+
+
+def top_prefixes(session: Session, scope: Scope, limit: int) -> list[dict[str, Any]]:
+    """Leading prefixes (first block key) by prompt tokens, per service and model."""
+    if not scope.services:
+        return []
+    t = PREFIXES.c
+    segments = [
+        select(
+            t.service,
+            t.model,
+            t.first_key,
+            t.replica,
+            t.requests,
+            t.prompt_tokens,
+            t.cached_tokens,
+            t.cacheable_tokens,
+            t.rewarms,
+            t.rewarm_tokens,
+        ).where(_where(PREFIXES, scope, grain, from_us, to_us))
+        for grain, from_us, to_us in scope.segments()
+    ]
+    rows = union_all(*segments).subquery() if len(segments) > 1 else segments[0].subquery()
+    r = rows.c
+    prompt = func.sum(r.prompt_tokens)
+    replicas = func.count(func.distinct(case((r.replica != "", r.replica), else_=None)))
+    query: Select[Any] = (
+        select(
+            r.service,
+            r.model,
+            r.first_key,
+            func.sum(r.requests),
+            prompt,
+            func.sum(r.cached_tokens),
+            func.sum(r.cacheable_tokens),
+            func.sum(r.rewarms),
+            func.sum(r.rewarm_tokens),
+            replicas,
+        )
+        .group_by(r.service, r.model, r.first_key)
+        .order_by(prompt.desc(), r.first_key)
+        .limit(limit)
+    )
+    names = (
+        "service",
+        "model",
+        "first_key",
+        "requests",
+        "prompt_tokens",
+        "cached_tokens",
+        "cacheable_tokens",
+        "rewarms",
+        "rewarm_tokens",
+        "replicas",
+    )
+    return [dict(zip(names, row, strict=True)) for row in session.execute(query).all()]
+
+
+def events_in_range(
+    session: Session,
+    service: str | None,
+    model: str | None,
+    from_us: int,
+    to_us: int,
+    limit: int,
+) -> Sequence[ChangeEvent]:
+    """Events of the service whose model is the selected one or unset, newest first."""
+    query = select(ChangeEvent).where(ChangeEvent.ts_us >= from_us, ChangeEvent.ts_us < to_us)
+    if service is not None:
+        query = query.where(ChangeEvent.service == service)
+    if model is not None:
+        query = query.where((ChangeEvent.model == model) | ChangeEvent.model.is_(None))
+    query = query.order_by(ChangeEvent.ts_us.desc(), ChangeEvent.id.desc()).limit(limit)
+    return session.scalars(query).all()
+
+
+def config_events_before(
+    session: Session, service: str | None, model: str | None, to_us: int, limit: int
+) -> Sequence[ChangeEvent]:
+    """The latest `config` events up to the end of the range, newest first."""
+    query = select(ChangeEvent).where(ChangeEvent.kind == "config", ChangeEvent.ts_us < to_us)
+    if service is not None:
+        query = query.where(ChangeEvent.service == service)
+    if model is not None:
+        query = query.where((ChangeEvent.model == model) | ChangeEvent.model.is_(None))
+    query = query.order_by(ChangeEvent.ts_us.desc(), ChangeEvent.id.desc()).limit(limit)
+    return session.scalars(query).all()
+
+
+def regressions_in_range(
+    session: Session, service: str | None, model: str | None, from_us: int, to_us: int
+) -> list[Regression]:
+    """Regressions whose span (change to resolution, or still open) meets the range."""
+    rows = detection_queries.list_regressions(session, service, None, 1000)
+    return [
+        r
+        for r in rows
+        if (model is None or r.model == model)
+        and r.change_ts_us < to_us
+        and (r.resolved_at_us is None or r.resolved_at_us >= from_us)
+    ]
+
+
+def busiest_model(session: Session, scope: Scope) -> str | None:
+    """The model with the most prompt tokens in the range."""
+    tokens: dict[str, int] = {}
+    for grain, from_us, to_us in scope.segments():
+        query = (
+            select(ROLLUPS.c.model, func.sum(ROLLUPS.c.prompt_tokens))
+            .where(_where(ROLLUPS, scope, grain, from_us, to_us))
+            .group_by(ROLLUPS.c.model)
+        )
+        for model, n in session.execute(query).all():
+            tokens[model] = tokens.get(model, 0) + int(n or 0)
+    if not tokens:
+        return None
+    return min(tokens, key=lambda m: (-tokens[m], m))
+
+
+BLOCK_FRAME_SCHEMA: dict[str, Any] = {
+    "id": pl.Int64,
+    "ts_us": pl.Int64,
+    "model": pl.Utf8,
+    "prompt_tokens": pl.Int64,
+    "block_size": pl.Int64,
+    "block_hashes": pl.Binary,
+}
+
+
+def latest_block_frame(
+    session: Session, model: str, from_us: int, to_us: int, limit: int
+) -> pl.DataFrame:
+    """The latest `limit` requests with block hashes of the model in the range, in
+    (ts_us, id) order: what a bounded capacity replay reads."""
+    columns = [USAGE.c[name] for name in BLOCK_FRAME_SCHEMA]
+    query = (
+        select(*columns)
+        .where(
+            USAGE.c.model == model,
+            USAGE.c.ts_us >= from_us,
+            USAGE.c.ts_us < to_us,
+            USAGE.c.block_hashes.is_not(None),
+        )
+        .order_by(USAGE.c.ts_us.desc(), USAGE.c.id.desc())
+        .limit(limit)
+    )
+    rows = [tuple(r) for r in session.execute(query).all()]
+    rows.reverse()
+    return pl.DataFrame(rows, schema=BLOCK_FRAME_SCHEMA, orient="row")
+
+
+def max_usage_id(session: Session) -> int:
+    """The newest arrival id: it changes whenever a record is stored, so it keys
+    cached replays (no lock: a replay may lag a concurrent batch by one refresh)."""
+    return int(session.scalar(select(func.coalesce(func.max(USAGE.c.id), 0))) or 0)
+
+
+def alert_states(session: Session, regression_ids: Sequence[int]) -> dict[int, str]:
+    """Per regression, the state of each Slack alert it owes (`service.alerts`):
+    e.g. `opened: sent · resolved: pending`. Regressions without any are absent."""
+    if not regression_ids:
+        return {}
+    query = (
+        select(Alert.regression_id, Alert.kind, Alert.state)
+        .where(Alert.regression_id.in_(list(regression_ids)))
+        .order_by(Alert.regression_id, Alert.id)
+    )
+    states: dict[int, list[str]] = {}
+    for regression_id, kind, state in session.execute(query).all():
+        states.setdefault(int(regression_id), []).append(f"{kind}: {state}")
+    return {rid: " · ".join(parts) for rid, parts in states.items()}
+
+
+def data_version(session: Session) -> tuple[int, int, int, int]:
+    """Changes whenever what the dashboard shows may change: a record arrives (the
+    rollups follow), an event is stored, a regression is found or updated."""
+    usage = max_usage_id(session)
+    event = session.scalar(select(func.coalesce(func.max(ChangeEvent.id), 0))) or 0
+    regression = session.execute(
+        select(func.count(Regression.id), func.coalesce(func.max(Regression.updated_at_us), 0))
+    ).one()
+    return usage, int(event), int(regression[0]), int(regression[1])
+
+
+def alerts_version(session: Session) -> tuple[int, int]:
+    """Changes whenever an alert is queued or its delivery state moves."""
+    row = session.execute(
+        select(func.count(Alert.id), func.coalesce(func.max(Alert.updated_us), 0))
+    ).one()
+    return int(row[0]), int(row[1])

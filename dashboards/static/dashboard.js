@@ -1,0 +1,267 @@
+// The dashboard's client: fetches each panel's data with the page's own query
+// string, draws the Plotly figures built by the server, and writes every
+// user-supplied string into the DOM as text (textContent), never as HTML.
+"use strict";
+
+(function () {
+  const body = document.body;
+  const query = body.dataset.query || "";
+  const refreshMs = Math.max(15, Number(body.dataset.refreshS || 60)) * 1000;
+  const live = body.dataset.live === "true";
+  const plotConfig = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+  const timePanels = ["hit_rate", "rewarms", "ttft", "replicas"];
+  let syncing = false;
+  // This script runs before plotly.js is parsed (see the template): the data
+  // requests go out while the browser compiles plotly; drawing waits for both.
+  const plotlyReady = new Promise((resolve) => {
+    if (document.readyState === "loading") {
+      document.addEventListener("DOMContentLoaded", resolve, { once: true });
+    } else {
+      resolve();
+    }
+  });
+
+  function url(path) {
+    return path + (query ? "?" + query : "");
+  }
+
+  async function getJSON(path) {
+    const answer = await fetch(url(path), { headers: { Accept: "application/json" } });
+    if (answer.status === 401) {
+      window.location.assign("/login?next=" + encodeURIComponent(location.pathname + location.search));
+      throw new Error("signed out");
+    }
+    const data = await answer.json();
+    if (!answer.ok) {
+      throw new Error(data.detail || data.error || answer.statusText);
+    }
+    return { status: answer.status, data: data };
+  }
+
+  function el(tag, text, className) {
+    const node = document.createElement(tag);
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    if (className) node.className = className;
+    return node;
+  }
+
+  function pct(value) {
+    return value === null || value === undefined ? "–" : (100 * value).toFixed(1) + "%";
+  }
+
+  function count(value) {
+    return value === null || value === undefined ? "–" : Number(value).toLocaleString("en-US");
+  }
+
+  function setNote(panel, text) {
+    const note = document.querySelector("#panel-" + panel + " .note");
+    if (!note) return;
+    note.textContent = text || "";
+    note.hidden = !text;
+  }
+
+  function figureDiv(name) {
+    return document.querySelector('[data-figure="' + name + '"]');
+  }
+
+  async function draw(name, figure) {
+    await plotlyReady;
+    const div = figureDiv(name);
+    if (!figure) {
+      Plotly.purge(div);
+      div.classList.add("empty");
+      return;
+    }
+    div.classList.remove("empty");
+    await Plotly.react(div, figure.data, figure.layout, plotConfig);
+    if (timePanels.includes(name) && !div.dataset.synced) {
+      div.dataset.synced = "true";
+      div.on("plotly_relayout", (change) => syncZoom(name, change));
+    }
+  }
+
+  // Zooming one time panel zooms the others: the same moment lines up everywhere.
+  function syncZoom(source, change) {
+    if (syncing) return;
+    let update = null;
+    if (change["xaxis.range[0]"] !== undefined) {
+      update = { "xaxis.range": [change["xaxis.range[0]"], change["xaxis.range[1]"]] };
+    } else if (change["xaxis.autorange"]) {
+      update = { "xaxis.autorange": true };
+    }
+    if (!update) return;
+    syncing = true;
+    const others = timePanels.filter((n) => n !== source).map((n) => Plotly.relayout(figureDiv(n), update));
+    Promise.all(others).finally(() => { syncing = false; });
+  }
+
+  function headline(current, previous) {
+    const ratios = ["hit_rate", "cacheable_fraction", "capture_ratio"];
+    for (const name of ratios) {
+      const card = document.getElementById("hl-" + name);
+      card.querySelector(".value").textContent = pct(current[name]);
+      const delta = card.querySelector(".delta");
+      if (current[name] === null || previous[name] === null) {
+        delta.textContent = previous[name] === null ? "no data in the previous range" : "";
+        delta.className = "delta";
+      } else {
+        const pp = 100 * (current[name] - previous[name]);
+        delta.textContent = (pp >= 0 ? "+" : "") + pp.toFixed(1) + " pp vs " + pct(previous[name]) + " before";
+        delta.className = "delta " + (pp < -0.05 ? "worse" : pp > 0.05 ? "better" : "");
+      }
+    }
+    const card = document.getElementById("hl-rewarms");
+    card.querySelector(".value").textContent = count(current.rewarms);
+    const delta = card.querySelector(".delta");
+    if (!previous.requests) {
+      delta.textContent = "no data in the previous range";
+      delta.className = "delta";
+    } else {
+      const change = current.rewarms - previous.rewarms;
+      const rel = previous.rewarms ? " (" + (change >= 0 ? "+" : "") + (100 * change / previous.rewarms).toFixed(0) + "%)" : "";
+      delta.textContent = (change >= 0 ? "+" : "") + count(change) + rel + " vs " + count(previous.rewarms) + " before";
+      delta.className = "delta " + (change > 0 ? "worse" : change < 0 ? "better" : "");
+    }
+  }
+
+  function viewLine(view, payload) {
+    const parts = [
+      "Times in UTC. Showing " + view.from.replace("T", " ").replace("Z", "") + " to " + view.to.replace("T", " ").replace("Z", ""),
+      "bucket " + view.bucket + (view.bucket_raised_from ? " (raised from " + view.bucket_raised_from + " to keep at most 2,000 points)" : ""),
+      "compared with " + view.previous_from.replace("T", " ").replace("Z", "") + " onwards",
+      view.newest ? "newest data " + view.newest.replace("T", " ").replace("Z", "") : "no data yet",
+      payload.events + " events, " + payload.regressions + " regressions",
+    ];
+    document.getElementById("view-line").textContent = parts.join(" · ");
+  }
+
+  async function loadSeries() {
+    const { data } = await getJSON("/dashboard/data/series");
+    viewLine(data.view, data);
+    headline(data.headline.current, data.headline.previous);
+    const drawing = [];
+    for (const name of timePanels) {
+      setNote(name, data.notes[name]);
+      drawing.push(draw(name, data.figures[name]));
+    }
+    await Promise.all(drawing);
+  }
+
+  async function loadCapacity() {
+    for (;;) {
+      const { data } = await getJSON("/dashboard/data/capacity");
+      if (data.pending) {
+        setNote("capacity", "Replaying the latest requests of " + data.model + "…");
+        await new Promise((resolve) => setTimeout(resolve, 500));
+        continue;
+      }
+      const sub = document.getElementById("capacity-sub");
+      sub.textContent = data.model
+        ? "LRU replay of " + count(data.requests) + (data.sampled ? " (the newest)" : "") + " requests of " + data.model +
+          (data.sample_from ? " from " + data.sample_from.replace("T", " ").replace("Z", "") : "") +
+          (data.budget ? "; current budget from the config event of " + data.budget.ts.replace("T", " ").replace("Z", "") : "")
+        : "";
+      setNote("capacity", data.note);
+      await draw("capacity", data.figure);
+      return;
+    }
+  }
+
+  function cell(row, text, className) {
+    row.appendChild(el("td", text, className));
+  }
+
+  function loadRegressionRows(rows) {
+    const tbody = document.querySelector("#regressions tbody");
+    tbody.replaceChildren();
+    for (const r of rows) {
+      const tr = el("tr");
+      tr.dataset.regressionId = String(r.id);
+      cell(tr, "#" + r.id);
+      cell(tr, r.change_ts.replace("T", " ").replace("Z", ""));
+      cell(tr, r.service + " · " + r.model);
+      cell(tr, r.status + (r.resolved_at ? " " + r.resolved_at.replace("T", " ").replace("Z", "") : ""), "status-" + r.status);
+      cell(tr, pct(r.hit_rate_before) + " → " + pct(r.hit_rate_after));
+      cell(tr, pct(r.cacheable_before) + " → " + pct(r.cacheable_after));
+      cell(tr, r.attribution);
+      cell(tr, r.cause, "cause");
+      // The first lines say the most; the rest folds away.
+      const evidence = el("td", null, "evidence");
+      const list = el("ul");
+      for (const line of r.evidence.slice(0, 2)) list.appendChild(el("li", line));
+      evidence.appendChild(list);
+      if (r.evidence.length > 2) {
+        const more = el("details");
+        more.appendChild(el("summary", (r.evidence.length - 2) + " more"));
+        const rest = el("ul");
+        for (const line of r.evidence.slice(2)) rest.appendChild(el("li", line));
+        more.appendChild(rest);
+        evidence.appendChild(more);
+      }
+      tr.appendChild(evidence);
+      cell(tr, r.alert, "alert");
+      tbody.appendChild(tr);
+    }
+  }
+
+  function loadPrefixRows(rows) {
+    const tbody = document.querySelector("#prefixes tbody");
+    tbody.replaceChildren();
+    for (const p of rows) {
+      const tr = el("tr");
+      cell(tr, p.prefix, "mono");
+      cell(tr, p.service + " · " + p.model);
+      cell(tr, count(p.requests), "num");
+      cell(tr, count(p.prompt_tokens), "num");
+      cell(tr, pct(p.hit_rate), "num");
+      cell(tr, pct(p.cacheable_fraction), "num");
+      cell(tr, count(p.replicas), "num");
+      cell(tr, count(p.rewarms), "num");
+      cell(tr, count(p.rewarm_tokens), "num");
+      tbody.appendChild(tr);
+    }
+  }
+
+  async function loadTables() {
+    const { data } = await getJSON("/dashboard/data/tables");
+    loadRegressionRows(data.regressions);
+    loadPrefixRows(data.prefixes);
+    setNote("regressions", data.notes.regressions);
+    setNote("prefixes", data.notes.prefixes);
+  }
+
+  async function loadAll() {
+    const started = performance.now();
+    const results = await Promise.allSettled([loadSeries(), loadCapacity(), loadTables()]);
+    const failed = results.filter((r) => r.status === "rejected");
+    for (const failure of failed) {
+      const line = document.getElementById("view-line");
+      line.textContent = "Could not load: " + failure.reason.message;
+      line.classList.add("error");
+    }
+    body.dataset.drawnMs = String(Math.round(performance.now() - started));
+    body.dataset.drawnAt = String(Math.round(performance.now()));
+    body.dataset.drawn = failed.length ? "failed" : "true";
+  }
+
+  for (const select of document.querySelectorAll("[data-autosubmit]")) {
+    select.addEventListener("change", () => {
+      if (select.name === "service") {
+        const model = document.querySelector('select[name="model"]');
+        if (model) model.value = "";
+      }
+      select.form.requestSubmit();
+    });
+  }
+  // Empty fields stay out of the URL: links stay short and canonical.
+  document.getElementById("filters").addEventListener("formdata", (event) => {
+    for (const [name, value] of Array.from(event.formData.entries())) {
+      if (value === "") event.formData.delete(name);
+    }
+  });
+
+  loadAll();
+  if (live) {
+    setInterval(() => { if (!document.hidden) loadAll(); }, refreshMs);
+  }
+})();

@@ -1,0 +1,276 @@
+"""The dashboard (`GET /`), its data requests (`/dashboard/data/*`), the login page
+and the static files (plotly.js from the installed plotly package: no CDN, works
+offline).
+
+Access: with `CACHEWATCH_PUBLIC_READ=true` everything is open; otherwise the page
+wants a token with the read scope, entered once on `/login` and kept in an
+HttpOnly, SameSite=Strict cookie (which `require_scope` accepts like a bearer
+token). Without one the page redirects to `/login` and the data requests answer 401.
+The page runs no inline script (a Content-Security-Policy says so), and every
+user-supplied string is escaped by Jinja2 or written as text by the page script."""
+
+import gzip
+import threading
+import time
+from collections.abc import Callable
+from functools import cache
+from typing import Any, TypeVar, cast
+from urllib.parse import parse_qs, urlencode
+
+import orjson
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from dashboards import data, page, queries
+from dashboards.cache import ReplayCache, ResultCache
+from dashboards.filters import FilterError, RawFilters, resolve
+from service.api.deps import AUTH_COOKIE, BodyDep, ReadAuth, SessionDep, SettingsDep
+from service.services import analytics_pass
+from service.services.tokens import Scope, allows, token_scope
+from service.settings import Settings
+
+router = APIRouter(tags=["dashboard"], include_in_schema=False)
+
+COOKIE_MAX_AGE_S = 30 * 86_400
+_LIMITS = {"service": 100, "model": 200, "from": 64, "to": 64, "bucket": 20, "range": 20}
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data: blob:; connect-src 'self'; object-src 'none'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+PAGE_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+def raw_filters(request: Request) -> RawFilters:
+    params = request.query_params
+    for name, limit in _LIMITS.items():
+        if len(params.get(name, "")) > limit:
+            raise FilterError(f"`{name}` is longer than {limit} characters")
+    return RawFilters(
+        service=params.get("service", ""),
+        model=params.get("model", ""),
+        from_=params.get("from", ""),
+        to=params.get("to", ""),
+        bucket=params.get("bucket", ""),
+        range=params.get("range", ""),
+    )
+
+
+def _presented_token(request: Request) -> str | None:
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and credentials.strip():
+        return credentials.strip()
+    return request.cookies.get(AUTH_COOKIE)
+
+
+def _can_read(request: Request, session: SessionDep, settings: Settings) -> bool:
+    if settings.public_read:
+        return True
+    token = _presented_token(request)
+    if token is None:
+        return False
+    granted = token_scope(session, token[:512])
+    return granted is not None and allows(granted, Scope.READ)
+
+
+def safe_next(value: str | None) -> str:
+    """Only a path on this server: never an open redirect to another site."""
+    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
+        return "/"
+    if any(ord(ch) < 0x20 for ch in value) or len(value) > 2000:
+        return "/"
+    return value
+
+
+def _html(body: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(body, status_code=status, headers=PAGE_HEADERS)
+
+
+@router.get("/", response_class=HTMLResponse)
+def dashboard_page(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
+    if not _can_read(request, session, settings):
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse("/login?" + urlencode({"next": target}), status_code=303)
+    error = None
+    try:
+        filters = raw_filters(request)
+        resolve(filters, None, 0)  # reject bad parameters here, not in three requests
+    except FilterError as exc:
+        filters, error = RawFilters(), str(exc)
+    html = page.render_dashboard(
+        filters=filters,
+        series_keys=queries.series_keys(session),
+        error=error,
+        logged_in=AUTH_COOKIE in request.cookies,
+        public_url=settings.public_url,
+        refresh_s=max(30, settings.analytics_interval_s),
+    )
+    return _html(html, 400 if error else 200)
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_page(request: Request, settings: SettingsDep) -> Response:
+    next_url = safe_next(request.query_params.get("next"))
+    return _html(page.render_login(error=None, next_url=next_url, public_read=settings.public_read))
+
+
+@router.post("/login", response_class=HTMLResponse)
+def login(request: Request, body: BodyDep, session: SessionDep, settings: SettingsDep) -> Response:
+    fields = parse_qs(body[:8192].decode("utf-8", "replace"), max_num_fields=10)
+    token = (fields.get("token") or [""])[0].strip()
+    next_url = safe_next((fields.get("next") or ["/"])[0])
+    granted = token_scope(session, token[:512]) if token else None
+    if granted is None or not allows(granted, Scope.READ):
+        error = (
+            "Unknown or revoked token."
+            if granted is None
+            else f"This token has the `{granted}` scope; the dashboard needs `read` (or `admin`)."
+        )
+        html = page.render_login(error=error, next_url=next_url, public_read=settings.public_read)
+        return _html(html, 401 if granted is None else 403)
+    response = RedirectResponse(next_url, status_code=303)
+    response.set_cookie(
+        AUTH_COOKIE,
+        token,
+        max_age=COOKIE_MAX_AGE_S,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=_is_https(request),
+    )
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request) -> Response:
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(
+        AUTH_COOKIE, path="/", httponly=True, samesite="strict", secure=_is_https(request)
+    )
+    return response
+
+
+def _is_https(request: Request) -> bool:
+    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    return request.url.scheme == "https" or forwarded == "https"
+
+
+# --- data requests -----------------------------------------------------------------
+
+
+def _caught_up(session: SessionDep, settings: Settings) -> None:
+    """Answers include every record committed before the request."""
+    analytics_pass.catch_up(session, settings)
+
+
+def _context(request: Request, session: SessionDep) -> data.Context:
+    try:
+        return data.context(session, raw_filters(request), time.time_ns() // 1000)
+    except FilterError as exc:
+        raise HTTPException(422, str(exc)) from None
+
+
+def json_response(request: Request, body: bytes, status: int = 200) -> Response:
+    """Gzipped when the client takes it: figures are mostly numbers and shrink ~5x."""
+    headers = {"Cache-Control": "no-store", "Vary": "Accept-Encoding"}
+    if len(body) > 2048 and "gzip" in request.headers.get("accept-encoding", ""):
+        body = gzip.compress(body, compresslevel=5)
+        headers["Content-Encoding"] = "gzip"
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def _encode(payload: Any) -> bytes:
+    return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _cached(
+    request: Request, session: SessionDep, panel: str, build: Callable[[], Any], *extra: Any
+) -> Response:
+    """The answer for this view and data version, computed once."""
+    key = (panel, request.url.query, queries.data_version(session), *extra)
+    results = _app_cache(request, "dashboard_results", ResultCache)
+    body = results.get(key)
+    if body is None:
+        body = _encode(build())
+        results.put(key, body)
+    return json_response(request, body)
+
+
+@router.get("/dashboard/data/series", dependencies=[ReadAuth])
+def series_data(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
+    """Headline numbers and the hit-rate, rewarms, TTFT and replicas figures."""
+    _caught_up(session, settings)
+    return _cached(
+        request,
+        session,
+        "series",
+        lambda: data.series_payload(session, _context(request, session)),
+    )
+
+
+@router.get("/dashboard/data/capacity", dependencies=[ReadAuth])
+def capacity_data(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
+    """The capacity figure; `{"pending": true}` (202) while its replay runs."""
+    _caught_up(session, settings)
+    replays = _app_cache(request, "dashboard_replays", ReplayCache)
+    payload = data.capacity_payload(session, _context(request, session), replays)
+    return json_response(request, _encode(payload), 202 if payload["pending"] else 200)
+
+
+@router.get("/dashboard/data/tables", dependencies=[ReadAuth])
+def tables_data(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
+    """The regressions (with their alert state) and the top prefixes."""
+    _caught_up(session, settings)
+    return _cached(
+        request,
+        session,
+        "tables",
+        lambda: data.tables_payload(session, settings, _context(request, session)),
+        queries.alerts_version(session),
+    )
+
+
+_CACHE_LOCK = threading.Lock()
+T = TypeVar("T")
+
+
+def _app_cache(request: Request, name: str, kind: Callable[[], T]) -> T:
+    # One per app: tests build many apps over rolled-back data; never share answers.
+    with _CACHE_LOCK:
+        cache_ = getattr(request.app.state, name, None)
+        if cache_ is None:
+            cache_ = kind()
+            setattr(request.app.state, name, cache_)
+        return cast(T, cache_)
+
+
+# --- static files --------------------------------------------------------------------
+
+
+@cache
+def _static_bytes(name: str) -> tuple[bytes, bytes, str]:
+    path, media_type = page.STATIC_FILES[name]
+    raw = path.read_bytes()
+    return raw, gzip.compress(raw, compresslevel=9), media_type
+
+
+@router.get("/static/{name}")
+def static_file(name: str, request: Request, v: str | None = None) -> Response:
+    if name not in page.STATIC_FILES:
+        raise HTTPException(404, "no such file")
+    raw, packed, media_type = _static_bytes(name)
+    # Versioned URLs (the page always uses them) never change: cache for a year.
+    headers = {
+        "Cache-Control": "public, max-age=31536000, immutable" if v else "no-cache",
+        "Vary": "Accept-Encoding",
+        "X-Content-Type-Options": "nosniff",
+    }
+    if "gzip" in request.headers.get("accept-encoding", ""):
+        headers["Content-Encoding"] = "gzip"
+        return Response(packed, media_type=media_type, headers=headers)
+    return Response(raw, media_type=media_type, headers=headers)

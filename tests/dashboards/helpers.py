@@ -1,0 +1,73 @@
+"""Small hand-made inputs for the dashboard tests."""
+
+import random
+from typing import Any
+
+XSS = "<script>alert(1)</script>"
+
+
+def bucket(
+    ts: str, hit: float, cacheable: float, requests: int = 10, **extra: Any
+) -> dict[str, Any]:
+    """One `/v1/metrics` bucket with consistent sums."""
+    prompt = requests * 1000
+    cached = int(prompt * hit)
+    cacheable_tokens = int(prompt * cacheable)
+    return {
+        "ts": ts,
+        "requests": requests,
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "hit_rate": cached / prompt,
+        "fingerprinted_requests": requests,
+        "fingerprinted_prompt_tokens": prompt,
+        "cacheable_tokens": cacheable_tokens,
+        "cacheable_fraction": cacheable_tokens / prompt,
+        "capture_ratio": cached / cacheable_tokens if cacheable_tokens else None,
+        "rewarms": {"total": 3, "concurrent": 1, "routing": 1, "eviction": 1, "unknown": 0},
+        "rewarm_tokens": 600,
+        "rewarm_tokens_by_cause": {
+            "concurrent": 200,
+            "routing": 200,
+            "eviction": 200,
+            "unknown": 0,
+        },
+        "rewarm_share": 600 / prompt,
+        "history_rewrites": 0,
+        "session_requests": 0,
+        "unique_prefix_ratio": 0.1,
+        "hits": requests // 2,
+        "misses": requests - requests // 2,
+        "ttft_ms": {"hit": {"p50": 100.0, "p95": 200.0}, "miss": {"p50": 400.0, "p95": 900.0}},
+        "replicas": 2,
+        **extra,
+    }
+
+
+def records(
+    n: int, start_s: float, span_s: float, *, service: str, model: str = "m", seed: int = 0
+) -> list[dict[str, Any]]:
+    """Usage records of one service: a shared 4-block start, a per-session part, a
+    fresh tail; two replicas, TTFT, a deploy tag."""
+    rnd = random.Random(seed)
+    out = []
+    for i in range(n):
+        session = rnd.randrange(40)
+        blocks = [1, 2, 3, 4, 1000 + session, 2000 + session, 10_000 + i + seed * 100_000]
+        cached = rnd.choice([0, 256, 768, 1024])
+        out.append(
+            {
+                "request_id": f"{service}-{seed}-{i}",
+                "ts": start_s + span_s * i / n,
+                "service": service,
+                "model": model,
+                "prompt_tokens": len(blocks) * 256,
+                "cached_tokens": cached,
+                "ttft_ms": 120.0 if cached else 450.0,
+                "replica": f"r{session % 2}",
+                "deploy": "v1",
+                "block_size": 256,
+                "block_hashes": blocks,
+            }
+        )
+    return out

@@ -1,0 +1,240 @@
+"""The dashboard in a real browser (Playwright driving Debian's /usr/bin/chromium)
+against a real `cachewatch serve` on two simulated days with known regressions,
+plus a second service whose name, deploy tag and event text are HTML.
+
+Screenshots go to the test's tmp_path, and also to $CACHEWATCH_TEST_OUTPUT when set."""
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import pytest
+
+from service import migrate
+from service.db import make_engine, make_sessionmaker
+from service.services.detection import detect
+from service.settings import Settings
+from service.simulate import detection_week, simulate
+from service.simulate.scoring import load_records
+from tests.conftest import (
+    LiveServer,
+    drop_database,
+    fresh_database_url,
+    is_postgres_run,
+    make_live_server,
+    skip_or_fail,
+)
+from tests.dashboards.helpers import XSS, records
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SEED = 3
+EVIL_DEPLOY = '"><img src=x onerror=alert(2)>'
+EVIL_NOTE = "<img src=x onerror=alert(3)> KV cache budget 65536 tokens"
+PANELS = ("hit_rate", "rewarms", "ttft", "replicas", "capacity")
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, database_url: str
+) -> Iterator[tuple[LiveServer, str]]:
+    """A live server (read token needed) with its database loaded and detected."""
+    if not Path(CHROMIUM).exists():
+        skip_or_fail(f"{CHROMIUM} is missing: the browser tests need Debian's chromium")
+    pytest.importorskip("playwright.sync_api")
+    folder = tmp_path_factory.mktemp("dashboard")
+    url = fresh_database_url(folder, "dashboard")
+    settings = Settings(database_url=url, run_jobs=False)
+    engine = make_engine(settings)
+    migrate.upgrade(engine)
+    week = detection_week(SEED, days=2, peak_rate=0.8)
+    result = simulate(week.scenario, SEED)
+    start_s = week.scenario.start.timestamp()
+    evil = records(3000, start_s, 2 * 86_400, service=XSS, model="acme-70b-instruct")
+    for row in evil[1500:]:
+        row["deploy"] = EVIL_DEPLOY
+    events = [
+        *result.events,
+        {"ts": start_s + 86_400, "service": XSS, "kind": "deploy", "deploy": EVIL_DEPLOY},
+        {"ts": start_s + 90_000, "service": XSS, "kind": "config", "description": EVIL_NOTE},
+    ]
+    factory = make_sessionmaker(engine)
+    with factory.begin() as session:
+        load_records(session, [*result.records, *evil], events)
+    with factory.begin() as session:
+        assert detect(session, settings).created, "the simulated days should hold regressions"
+    engine.dispose()
+    live = make_live_server(folder, url, run_jobs="false")
+    live.start()
+    try:
+        yield live, live.token("read")
+    finally:
+        live.stop()
+        drop_database(url)
+
+
+@pytest.fixture(scope="module")
+def browser(server: tuple[LiveServer, str]) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+class Watched:
+    """A page whose console errors, page errors and dialogs are recorded."""
+
+    def __init__(self, browser: Any) -> None:
+        self.context = browser.new_context(viewport={"width": 1400, "height": 900})
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.dialogs: list[str] = []
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("dialog", self._dialog)
+
+    def _dialog(self, dialog: Any) -> None:
+        self.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    def drawn(self) -> None:
+        """Wait until every panel has been drawn (or failed)."""
+        self.page.wait_for_function("() => document.body.dataset.drawn", timeout=60_000)
+        state = self.page.evaluate("() => document.body.dataset.drawn")
+        assert state == "true", self.page.text_content("#view-line")
+
+    def login(self, base: str, token: str, path: str = "/") -> None:
+        self.page.goto(base + path)
+        assert "/login" in self.page.url
+        self.page.fill("#token", token)
+        self.page.click("button[type=submit]")
+        self.page.wait_for_url(lambda url: "/login" not in url)
+        self.drawn()
+
+    def figures(self) -> dict[str, dict[str, Any]]:
+        """Per panel: what Plotly drew (its data and layout, and SVG counts)."""
+        return self.page.evaluate(
+            """() => Object.fromEntries(Array.from(document.querySelectorAll('[data-figure]'))
+                .map((div) => [div.dataset.figure, {
+                    traces: (div.data || []).map((t) => ({
+                        name: t.name,
+                        n: (t.y || []).filter((v) => v !== null && v !== undefined).length,
+                        y: Array.from(t.y || []),
+                    })),
+                    shapes: ((div.layout || {}).shapes || []).map((s) => [s.type, s.name]),
+                    annotations: ((div.layout || {}).annotations || []).map((a) => a.text),
+                    svgTraces: div.querySelectorAll(
+                        '.scatterlayer .trace, .barlayer .trace').length,
+                    svgText: Array.from(div.querySelectorAll('text')).map((t) => t.textContent),
+                }]))"""
+        )
+
+    def close(self) -> None:
+        self.context.close()
+
+
+def save_screenshot(page: Any, tmp_path: Path, name: str) -> Path:
+    path = tmp_path / f"{name}-{'postgresql' if is_postgres_run() else 'sqlite'}.png"
+    page.screenshot(path=str(path), full_page=True)
+    if os.environ.get("CACHEWATCH_TEST_OUTPUT"):
+        out = Path(os.environ["CACHEWATCH_TEST_OUTPUT"])
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, out / path.name)
+    print(f"screenshot: {path}")
+    return path
+
+
+def test_dashboard_draws_every_panel_and_follows_the_service_filter(
+    server: tuple[LiveServer, str], browser: Any, tmp_path: Path
+) -> None:
+    live, token = server
+    watched = Watched(browser)
+    try:
+        watched.login(live.url, token, "/?service=assistant&range=7d")
+        page = watched.page
+        cookie = next(c for c in watched.context.cookies() if c["name"] == "cachewatch_token")
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        assert "service=assistant" in page.url
+
+        drawn = watched.figures()
+        for panel in PANELS:
+            traces = drawn[panel]["traces"]
+            assert traces and all(t["n"] > 0 for t in traces if t["name"] != "events"), panel
+            assert drawn[panel]["svgTraces"] >= len(traces), panel
+        hit_rate = drawn["hit_rate"]
+        assert ["line", "event-deploy"] in hit_rate["shapes"]  # an event marker ...
+        assert "v1.2.0" in hit_rate["svgText"]  # ... with its label drawn
+        assert any(kind == "rect" for kind, _ in hit_rate["shapes"])  # a regression span
+        assert any(text and text.startswith("#") for text in hit_rate["annotations"])
+        assert ["line", "budget"] in drawn["capacity"]["shapes"]  # the KV budget event
+        assert page.locator("#regressions tbody tr").count() >= 1
+        assert page.locator("#prefixes tbody tr").count() >= 1
+        assert page.text_content("#hl-hit_rate .value") not in (
+            "",
+            "\u2013",
+        )  # an en dash: nothing yet
+        save_screenshot(page, tmp_path, "dashboard")
+
+        page.select_option("select[name=service]", XSS)
+        page.wait_for_url(lambda url: "service=%3Cscript" in url)
+        watched.drawn()
+        switched = watched.figures()
+        for panel in ("hit_rate", "rewarms", "ttft", "replicas"):
+            assert switched[panel]["traces"][0]["y"] != drawn[panel]["traces"][0]["y"], panel
+        assert page.locator("select[name=service] option:checked").text_content() == XSS
+        assert watched.errors == [] and watched.dialogs == []
+    finally:
+        watched.close()
+
+
+def test_html_in_names_shows_as_text_and_runs_nothing(
+    server: tuple[LiveServer, str], browser: Any, tmp_path: Path
+) -> None:
+    live, token = server
+    watched = Watched(browser)
+    try:
+        watched.login(live.url, token, "/?" + urlencode({"service": XSS, "range": "7d"}))
+        page = watched.page
+        assert page.title().startswith(XSS)
+        assert page.locator("select[name=service] option:checked").text_content() == XSS
+        assert page.locator("img[src=x]").count() == 0
+        assert page.evaluate("() => document.querySelectorAll('script').length") == 2
+        text = watched.figures()["hit_rate"]["svgText"]
+        assert any(t.startswith('"><img src=x') for t in text), text  # the deploy label
+        prefixes = page.locator("#prefixes tbody td").all_text_contents()
+        assert any(XSS in cell for cell in prefixes)
+        save_screenshot(page, tmp_path, "escaped")
+        assert watched.errors == [] and watched.dialogs == []
+    finally:
+        watched.close()
+
+
+def test_tokens_guard_the_page_and_read_api(server: tuple[LiveServer, str]) -> None:
+    live, token = server
+    with httpx.Client(base_url=live.url) as client:
+        page = client.get("/")
+        assert page.status_code == 303 and page.headers["location"].startswith("/login?next=")
+        for path in ("/dashboard/data/series", "/v1/metrics", "/v1/regressions", "/metrics"):
+            assert client.get(path).status_code == 401, path
+        bearer = {"Authorization": f"Bearer {token}"}
+        assert client.get("/", headers=bearer).status_code == 200
+        assert client.get("/v1/regressions", headers=bearer).json()
+        client.cookies.set("cachewatch_token", token)
+        assert client.get("/dashboard/data/series?service=assistant").json()["points"] > 0
+        assert client.get("/v1/metrics").status_code == 200

@@ -1,0 +1,169 @@
+"""Figure builders: pure functions from API answers to Plotly figures."""
+
+import orjson
+import plotly.graph_objects as go
+
+from dashboards import figures
+from dashboards.downsample import merge_buckets
+from dashboards.filters import MAX_POINTS
+from tests.dashboards.helpers import XSS, bucket
+
+METRICS = {
+    "bucket_s": 3600,
+    "buckets": [
+        bucket("2026-01-01T10:00:00Z", 0.8, 0.9),
+        bucket("2026-01-01T11:00:00Z", 0.2, 0.3),
+        bucket("2026-01-01T12:00:00Z", 0.8, 0.9),
+    ],
+}
+EVENTS = [
+    {
+        "id": 1,
+        "ts": "2026-01-01T10:58:00Z",
+        "service": XSS,
+        "kind": "deploy",
+        "model": None,
+        "deploy": '"><img src=x onerror=alert(2)>',
+        "replicas": None,
+        "description": "<b>bold</b> %{x} release",
+        "source": "posted",
+    },
+    {
+        "id": 2,
+        "ts": "2026-01-01T10:58:10Z",
+        "service": XSS,
+        "kind": "deploy",
+        "model": None,
+        "deploy": '"><img src=x onerror=alert(2)>',
+        "replicas": None,
+        "description": "first record carrying the tag",
+        "source": "inferred",
+    },
+    {
+        "id": 3,
+        "ts": "2026-01-01T11:30:00Z",
+        "service": "a",
+        "kind": "replicas",
+        "model": "m",
+        "deploy": None,
+        "replicas": 4,
+        "description": "replicas serving 1 -> 4",
+        "source": "inferred",
+    },
+]
+REGRESSIONS = [
+    {
+        "id": 7,
+        "service": XSS,
+        "model": "m",
+        "change_ts": "2026-01-01T11:00:00Z",
+        "resolved_at": "2026-01-01T12:00:00Z",
+        "status": "resolved",
+        "cause": "prefix_instability",
+        "evidence": ["segment `system` <had> 1 variant & then 900"],
+    }
+]
+
+
+def _markers() -> figures.Markers:
+    return figures.markers_from(EVENTS, REGRESSIONS, "2026-01-01T13:00:00Z")
+
+
+def _all_figures() -> list[go.Figure]:
+    marks = _markers()
+    capacity = {
+        "ceiling": 0.6,
+        "points": [{"tokens": 16384 * 4**i, "hit_rate": 0.1 * i} for i in range(5)],
+    }
+    budget = figures.Budget(65536, "2026-01-01T09:00:00Z", XSS)
+    return [
+        figures.hit_rate_figure(METRICS, marks),
+        figures.rewarms_figure(METRICS, marks),
+        figures.ttft_figure(METRICS, marks),
+        figures.replicas_figure(METRICS, marks),
+        figures.capacity_figure(capacity, budget),
+    ]
+
+
+def test_every_figure_has_traces_with_data_and_is_valid_plotly() -> None:
+    for figure in _all_figures():
+        assert figure.data and all(len(trace.x) for trace in figure.data)
+        # Full validation (the builders skip it for speed on layout updates).
+        go.Figure(figure.to_plotly_json())
+
+
+def test_hit_rate_traces() -> None:
+    figure = figures.hit_rate_figure(METRICS)
+    hit, ceiling = figure.data[0], figure.data[1]
+    assert list(hit.y) == [0.8, 0.2, 0.8] and list(ceiling.y) == [0.9, 0.3, 0.9]
+    assert next(iter(hit.x)) == "2026-01-01 10:00:00"  # Plotly's date form, UTC
+
+
+def test_markers_event_lines_labels_and_regression_spans() -> None:
+    figure = figures.hit_rate_figure(METRICS, _markers())
+    shapes = figure.layout.shapes
+    lines = [s for s in shapes if s.type == "line"]
+    spans = [s for s in shapes if s.type == "rect"]
+    # The inferred deploy repeating the posted one is left out.
+    assert [s.name for s in lines] == ["event-deploy", "event-replicas"]
+    assert len(spans) == 1 and spans[0].x0 == "2026-01-01 11:00:00"
+    assert spans[0].x1 == "2026-01-01 12:00:00"
+    texts = [a.text for a in figure.layout.annotations]
+    assert "4 replicas" in texts and any(t.startswith("#7 prefix") for t in texts)
+    events = next(t for t in figure.data if t.name == "events")
+    assert len(events.x) == 2
+
+
+def test_user_strings_reach_plotly_escaped() -> None:
+    dumped = orjson.dumps([f.to_plotly_json() for f in _all_figures()]).decode()
+    assert "<script" not in dumped and "<img" not in dumped and "<b>bold" not in dumped
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dumped
+    assert '"&gt;&lt;img src=x onerror=alert(' in dumped  # the label, shortened
+    # Never inside a hovertemplate, where `%{...}` would be substituted.
+    for figure in _all_figures():
+        for trace in figure.data:
+            assert "%{x} release" not in (trace.hovertemplate or "")
+
+
+def test_capacity_budget_marker_and_ceiling() -> None:
+    figure = _all_figures()[-1]
+    names = [s.name for s in figure.layout.shapes]
+    assert names == ["ceiling", "budget"]
+    marker = next(t for t in figure.data if t.name == "at the current budget")
+    assert list(marker.x) == [65536] and list(marker.y) == [0.1]
+    assert figure.layout.xaxis.type == "log"
+
+
+def test_traces_never_exceed_the_point_limit() -> None:
+    many = {
+        "buckets": [
+            bucket(f"2026-01-{1 + i // 1440:02d}T{(i // 60) % 24:02d}:{i % 60:02d}:00Z", 0.5, 0.7)
+            for i in range(5000)
+        ]
+    }
+    for figure in (
+        figures.hit_rate_figure(many),
+        figures.rewarms_figure(many),
+        figures.ttft_figure(many),
+        figures.replicas_figure(many),
+    ):
+        assert all(len(trace.x) <= MAX_POINTS for trace in figure.data)
+
+
+def test_merge_buckets_keeps_sums_and_ratios_exact() -> None:
+    buckets = [bucket("t", 0.5, 0.7, requests=10), bucket("u", 0.1, 0.2, requests=30)] * 3
+    merged = merge_buckets(buckets, 3)
+    assert len(merged) == 3 and merged[0]["ts"] == "t"
+    assert merged[0]["requests"] == 40
+    assert merged[0]["hit_rate"] == (5000 + 3000) / 40_000
+    assert merged[0]["cacheable_fraction"] == (7000 + 6000) / 40_000
+    assert merged[0]["rewarms"]["total"] == 6
+    assert merged[0]["ttft_ms"]["miss"]["p95"] == 900.0
+    assert merge_buckets(buckets, 10) == buckets
+
+
+def test_plot_text_and_format_tokens() -> None:
+    assert figures.plot_text("<a>&", 100) == "&lt;a&gt;&amp;"
+    assert figures.plot_text("x" * 50, 10) == "x" * 9 + "…"
+    assert figures.format_tokens(4_194_304) == "4Mi" and figures.format_tokens(9728) == "9.73k"
+    assert figures.format_tokens(1_500_000) == "1.5M" and figures.format_tokens(300) == "300"
