@@ -10,8 +10,9 @@ import polars as pl
 from sqlalchemy import Select, case, func, select, union_all
 from sqlalchemy.orm import Session
 
-from service import detection_queries, repository
+from service import repository
 from service.models import Alert, ChangeEvent, Regression
+from service.repository import detection as detection_queries
 from service.rollups.aggregate import CAUSES
 
 ROLLUPS = repository.ROLLUP_TABLE

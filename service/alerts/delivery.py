@@ -23,9 +23,9 @@ from slack_sdk.errors import SlackObjectFormationError
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.alerts import repository
 from service.alerts.message import AlertItem, Kind, compose
 from service.alerts.slack import Outcome, SlackWebhook, Verdict, webhook_key
+from service.repository import alerts as alert_queries
 from service.services.regressions import regression_to_json
 from service.settings import Settings
 
@@ -84,7 +84,7 @@ def deliver_due(
     url = settings.slack_webhook_url
     if not url:
         with factory.begin() as session:
-            report.waiting_for_webhook = repository.mark_waiting_for_webhook(session, _now_us())
+            report.waiting_for_webhook = alert_queries.mark_waiting_for_webhook(session, _now_us())
         return report
     if settings.alerts_lease_s <= 2 * settings.alerts_http_timeout_s:
         log.warning("alerts_lease_s should exceed twice alerts_http_timeout_s")
@@ -122,17 +122,19 @@ def _claim(factory: sessionmaker[Session], settings: Settings, key: str) -> _Bat
         # recorded, at worst until the lease ends): one message at a time per webhook,
         # each at least `alerts_min_interval_s` after the previous one's answer,
         # whichever worker sends it.
-        free_at = repository.lock_webhook(session, key)
+        free_at = alert_queries.lock_webhook(session, key)
         now = _now_us()
         if free_at > now:
-            return _Wait(free_at - now) if repository.any_due(session, now) else None
+            return _Wait(free_at - now) if alert_queries.any_due(session, now) else None
         claim = str(uuid.uuid4())
         lease_until = now + int(settings.alerts_lease_s * _US)
-        alerts = repository.claim_due(session, now, settings.alerts_digest_max, claim, lease_until)
+        alerts = alert_queries.claim_due(
+            session, now, settings.alerts_digest_max, claim, lease_until
+        )
         if not alerts:
             return None
-        repository.hold_webhook_until(session, key, lease_until)
-        regressions = repository.regressions(session, {a.regression_id for a in alerts})
+        alert_queries.hold_webhook_until(session, key, lease_until)
+        regressions = alert_queries.regressions(session, {a.regression_id for a in alerts})
         items = tuple(
             AlertItem(cast(Kind, a.kind), regression_to_json(regressions[a.regression_id]))
             for a in alerts
@@ -189,7 +191,7 @@ def _apply(
     rng: random.Random,
 ) -> int:
     now = _now_us()
-    alerts = repository.claimed(session, batch.claim)
+    alerts = alert_queries.claimed(session, batch.claim)
     if len(alerts) < len(batch.alert_ids):
         lost = sorted(set(batch.alert_ids) - {a.id for a in alerts})
         log.warning("alerts %s: lease ran out before their delivery was recorded", lost)
@@ -201,29 +203,29 @@ def _apply(
         until = now + int(max(wait_s if wait_s is not None else 1.0, 1.0) * _US)
         free_at = max(free_at, until)
     if len(alerts) == len(batch.alert_ids):
-        repository.release_webhook(session, key, free_at)
+        alert_queries.release_webhook(session, key, free_at)
     else:
         # Our lease ran out: another worker may have a message in flight by now, and
         # its hold on the webhook must stay.
-        repository.hold_webhook_until(session, key, free_at)
+        alert_queries.hold_webhook_until(session, key, free_at)
     for alert in alerts:
         alert.updated_us = now
         alert.lease_until_us = None
         alert.last_status = outcome.status
         alert.last_error = None if outcome.verdict is Verdict.SENT else outcome.detail
         if outcome.verdict is Verdict.SENT:
-            alert.state, alert.sent_us, alert.errors = repository.SENT, now, 0
+            alert.state, alert.sent_us, alert.errors = alert_queries.SENT, now, 0
         elif outcome.verdict is Verdict.RATE_LIMITED:
-            alert.state, alert.next_attempt_us = repository.PENDING, until
+            alert.state, alert.next_attempt_us = alert_queries.PENDING, until
         elif outcome.verdict is Verdict.RETRY:
             alert.errors += 1
             if alert.errors >= settings.alerts_max_attempts:
-                alert.state = repository.FAILED
+                alert.state = alert_queries.FAILED
             else:
-                alert.state = repository.PENDING
+                alert.state = alert_queries.PENDING
                 alert.next_attempt_us = now + int(backoff_s(alert.errors, settings, rng) * _US)
         else:
-            alert.state = repository.FAILED
+            alert.state = alert_queries.FAILED
     return len(alerts)
 
 

@@ -5,8 +5,8 @@ from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
-from service.alerts import repository
 from service.models import Regression
+from service.repository import alerts as alert_queries
 
 
 def enqueue_for_detection(
@@ -19,10 +19,10 @@ def enqueue_for_detection(
     unique, so re-detection queues nothing twice. Returns how many were queued."""
     queued = 0
     for regression in created:
-        queued += repository.add_alert(session, regression.id, "opened", now_us)
+        queued += alert_queries.add_alert(session, regression.id, "opened", now_us)
     resolved = [r.id for r in [*created, *updated] if r.status == "resolved"]
-    announced = repository.regressions_with_alert(session, resolved, "opened")
+    announced = alert_queries.regressions_with_alert(session, resolved, "opened")
     for regression_id in resolved:
         if regression_id in announced:
-            queued += repository.add_alert(session, regression_id, "resolved", now_us)
+            queued += alert_queries.add_alert(session, regression_id, "resolved", now_us)
     return queued

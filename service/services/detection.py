@@ -7,7 +7,6 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service import detection_queries as queries
 from service import repository, telemetry
 from service.alerts import outbox
 from service.detection.changepoints import Drop, DropRule, lasting_drops
@@ -16,6 +15,7 @@ from service.detection.inferred import replica_changes
 from service.detection.series import Series, build_series, stretch
 from service.ingest.timestamps import us_to_rfc3339
 from service.models import ChangeEvent, Regression
+from service.repository import detection as queries
 from service.services import analytics_pass
 from service.services.events import EventIn, record_event
 from service.settings import Settings

@@ -9,8 +9,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.alerts import outbox, repository
+from service.alerts import outbox
 from service.alerts.delivery import deliver_due
+from service.repository import alerts as alert_queries
 from service.settings import Settings
 from tests.alerts.conftest import (
     add_regression,
@@ -278,7 +279,7 @@ def test_a_claimed_alert_is_left_alone_until_its_lease_ends(
     now = time.time_ns() // 1000
     lease_end = now + 1_000_000
     with session_factory.begin() as other_worker:
-        [claimed] = repository.claim_due(other_worker, now, 10, "other-worker", lease_end)
+        [claimed] = alert_queries.claim_due(other_worker, now, 10, "other-worker", lease_end)
     assert claimed.regression_id == regression.id
     assert deliver_due(session_factory, slack_settings).messages == 0
     deliver_until(session_factory, slack_settings, lambda: len(fake_slack.delivered) == 1)

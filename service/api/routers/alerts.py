@@ -2,9 +2,9 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 
-from service.alerts import repository
 from service.alerts.views import alert_to_json
 from service.api.deps import ReadAuth, SessionDep
+from service.repository import alerts as alert_queries
 
 router = APIRouter(tags=["alerts"])
 
@@ -21,7 +21,7 @@ def get_alerts(
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> list[dict[str, Any]]:
     """Slack alerts with their delivery state, newest first."""
-    rows = repository.list_alerts(
+    rows = alert_queries.list_alerts(
         session,
         state=state,
         kind=kind,

@@ -2,8 +2,8 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
 
-from service import detection_queries
 from service.api.deps import ReadAuth, SessionDep, SettingsDep, require_scope
+from service.repository import detection as detection_queries
 from service.services.detection import detect
 from service.services.regressions import regression_to_json
 from service.services.tokens import Scope

@@ -1,163 +1,22 @@
-"""Every query the service runs. Callers pass a session; nothing here commits."""
+"""The analytics pass's reads and writes: record frames, cursors, state, rollups.
+Callers pass a session; nothing here commits."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Any, cast
 
-import orjson
 import polars as pl
-from sqlalchemy import Table, func, select, text
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import Table, func, select
 from sqlalchemy.orm import Session
 
 from service.models import (
     AnalyticsCursor,
     AnalyticsState,
-    ApiToken,
-    ChangeEvent,
     PrefixRollup,
-    RejectedRecord,
     Rollup,
-    UsageRecord,
 )
-
-USAGE_TABLE = cast(Table, UsageRecord.__table__)
-EVENTS_TABLE = cast(Table, ChangeEvent.__table__)
-REJECTED_TABLE = cast(Table, RejectedRecord.__table__)
-USAGE_COLUMNS = [c.name for c in USAGE_TABLE.columns if c.name != "id"]
-_JSON_COLUMNS = {"segments", "attributes"}
-
-
-def insert_usage_rows(session: Session, rows: Sequence[dict[str, Any]]) -> int:
-    """Insert rows in order, skipping any whose request_id is already stored (also by a
-    concurrent writer). Returns how many were inserted."""
-    if not rows:
-        return 0
-    if session.get_bind().dialect.name == "postgresql":
-        hold_ingest_lock(session)
-        return _copy_usage_rows_postgresql(session, rows)
-    # A plain DBAPI executemany over ready tuples: SQLAlchemy's per-row bind
-    # processing (stdlib json even for a None JSON value) cost as much as SQLite's
-    # own work. sqlite3's executemany rowcount is the sum over the rows: conflicts
-    # count 0.
-    params = [usage_row_values(row) for row in rows]
-    return session.connection().exec_driver_sql(_SQLITE_INSERT_USAGE, params).rowcount
-
-
-_SQLITE_INSERT_USAGE = (
-    f"INSERT INTO usage_records ({', '.join(USAGE_COLUMNS)}) "
-    f"VALUES ({', '.join('?' * len(USAGE_COLUMNS))}) ON CONFLICT (request_id) DO NOTHING"
-)
-_USAGE_VALUES = itemgetter(*USAGE_COLUMNS)
-_JSON_POSITIONS = [i for i, name in enumerate(USAGE_COLUMNS) if name in _JSON_COLUMNS]
-
-
-def usage_row_values(row: dict[str, Any]) -> tuple[Any, ...]:
-    """The row in USAGE_COLUMNS order, JSON columns as JSON text and None as SQL
-    NULL: what both the SQLite executemany and the PostgreSQL COPY take."""
-    values: tuple[Any, ...] = _USAGE_VALUES(row)
-    for i in _JSON_POSITIONS:  # a loop, not all(genexpr): 5x cheaper, once per row
-        if values[i] is not None:
-            break
-    else:
-        return values
-    patched = list(values)
-    for i in _JSON_POSITIONS:
-        if patched[i] is not None:
-            patched[i] = orjson.dumps(patched[i]).decode()
-    return tuple(patched)
-
-
-def _copy_usage_rows_postgresql(session: Session, rows: Sequence[dict[str, Any]]) -> int:
-    """COPY into a per-transaction staging table, then one INSERT .. SELECT .. ON
-    CONFLICT DO NOTHING: about 4x faster than multi-row INSERT, and its rowcount is
-    exact (psycopg reports none for batched inserts)."""
-    driver = session.connection().connection.driver_connection
-    assert driver is not None
-    columns = ", ".join(USAGE_COLUMNS)
-    with driver.cursor() as cursor:
-        cursor.execute(
-            "CREATE TEMP TABLE IF NOT EXISTS usage_stage ON COMMIT DELETE ROWS AS "
-            f"SELECT 0::bigint AS ord, {columns} FROM usage_records WITH NO DATA"
-        )
-        cursor.execute("TRUNCATE usage_stage")
-        with cursor.copy(f"COPY usage_stage (ord, {columns}) FROM STDIN") as copy:
-            for ord_, row in enumerate(rows):
-                copy.write_row((ord_, *usage_row_values(row)))
-        cursor.execute(
-            f"INSERT INTO usage_records ({columns}) SELECT {columns} FROM usage_stage "
-            "ORDER BY ord ON CONFLICT (request_id) DO NOTHING"
-        )
-        return cursor.rowcount
-
-
-def add_rejected(session: Session, rows: Sequence[dict[str, Any]]) -> None:
-    if rows:
-        session.execute(REJECTED_TABLE.insert(), list(rows))
-
-
-def list_rejected(session: Session, limit: int, before_id: int | None) -> Sequence[RejectedRecord]:
-    query = select(RejectedRecord).order_by(RejectedRecord.id.desc()).limit(limit)
-    if before_id is not None:
-        query = query.where(RejectedRecord.id < before_id)
-    return session.scalars(query).all()
-
-
-def insert_event(session: Session, row: dict[str, Any]) -> tuple[ChangeEvent, bool]:
-    """Store an event unless one with the same dedupe_key exists; (event, created)."""
-    dialect = session.get_bind().dialect.name
-    insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    stmt = (
-        insert(EVENTS_TABLE)
-        .values(**row)
-        .on_conflict_do_nothing(index_elements=["dedupe_key"])
-        .returning(EVENTS_TABLE.c.id)
-    )
-    # RETURNING, not rowcount: psycopg reports -1 (truthy) for a skipped insert.
-    created = session.connection().execute(stmt).first() is not None
-    event = session.scalars(
-        select(ChangeEvent).where(ChangeEvent.dedupe_key == row["dedupe_key"])
-    ).one()
-    return event, created
-
-
-def list_events(
-    session: Session,
-    *,
-    service: str | None,
-    model: str | None,
-    kind: str | None,
-    from_us: int | None,
-    to_us: int | None,
-    limit: int,
-) -> Sequence[ChangeEvent]:
-    query = select(ChangeEvent)
-    if service is not None:
-        query = query.where(ChangeEvent.service == service)
-    if model is not None:
-        query = query.where(ChangeEvent.model == model)
-    if kind is not None:
-        query = query.where(ChangeEvent.kind == kind)
-    if from_us is not None:
-        query = query.where(ChangeEvent.ts_us >= from_us)
-    if to_us is not None:
-        query = query.where(ChangeEvent.ts_us < to_us)
-    query = query.order_by(ChangeEvent.ts_us.desc(), ChangeEvent.id.desc()).limit(limit)
-    return session.scalars(query).all()
-
-
-def add_token(session: Session, token: ApiToken) -> None:
-    session.add(token)
-    session.flush()
-
-
-def find_token(session: Session, token_hash: str) -> ApiToken | None:
-    return session.scalars(
-        select(ApiToken).where(ApiToken.token_hash == token_hash, ApiToken.revoked.is_(False))
-    ).one_or_none()
-
+from service.repository.locks import wait_for_ingest
+from service.repository.usage import USAGE_TABLE
 
 # --- analytics ---------------------------------------------------------------
 
@@ -213,32 +72,6 @@ def load_usage_frame(
     query = query.order_by(table.c.ts_us, table.c.id)
     schema = {**USAGE_FRAME_SCHEMA, **{name: pl.Object for name in extra_columns}}
     return _frame(session.execute(query).all(), schema)
-
-
-def max_usage_id(session: Session) -> int:
-    """The highest arrival id below which every record is committed.
-
-    On PostgreSQL, ids are taken at insert and a lower id may commit after a higher
-    one; ingestion holds a shared advisory lock for its transaction, so taking the
-    exclusive one here waits out every in-flight insert before reading the max."""
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": INGEST_LOCK_KEY})
-    return int(session.scalar(select(func.coalesce(func.max(USAGE_TABLE.c.id), 0))) or 0)
-
-
-INGEST_LOCK_KEY = 0x63_77_69_6E  # "cwin"
-ANALYTICS_LOCK_KEY = 0x63_77_61_6E  # "cwan"
-
-
-def hold_ingest_lock(session: Session) -> None:
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock_shared(:k)"), {"k": INGEST_LOCK_KEY})
-
-
-def take_analytics_lock(session: Session) -> None:
-    """One analytics pass at a time (SQLite transactions are already serialized)."""
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": ANALYTICS_LOCK_KEY})
 
 
 def get_cursor(session: Session, name: str) -> int:
@@ -398,3 +231,13 @@ def load_block_frame(
 
 def newest_rollup_bucket(session: Session) -> int | None:
     return session.scalar(select(func.max(ROLLUP_TABLE.c.bucket_us)))
+
+
+def max_usage_id(session: Session) -> int:
+    """The highest arrival id below which every record is committed.
+
+    On PostgreSQL, ids are taken at insert and a lower id may commit after a higher
+    one; ingestion holds a shared advisory lock for its transaction, so taking the
+    exclusive one here waits out every in-flight insert before reading the max."""
+    wait_for_ingest(session)
+    return int(session.scalar(select(func.coalesce(func.max(USAGE_TABLE.c.id), 0))) or 0)
