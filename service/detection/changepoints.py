@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -183,3 +184,21 @@ def lasting_drops(y: Floats, w: Floats, rule: DropRule) -> list[Drop]:
         )
         drops.append(Drop(_crossing(y, w_norm, before, after), before, after, recovered))
     return drops
+
+
+def separate_episodes(drops: Sequence[Drop], explained: Callable[[Drop], bool]) -> list[Drop]:
+    """The drops worth a regression each. A drop that starts while the series is still
+    down from the previous reported one is a new regression only when `explained`
+    (a change event stands beside it); otherwise it is the same episode getting worse,
+    e.g. a cut KV budget hurting more when the night's working set shifts, and a
+    second alert would only repeat the first."""
+    reported: list[Drop] = []
+    for drop in drops:
+        previous = reported[-1] if reported else None
+        still_down = previous is not None and (
+            previous.recovered_at is None or previous.recovered_at > drop.at
+        )
+        if still_down and not explained(drop):
+            continue
+        reported.append(drop)
+    return reported

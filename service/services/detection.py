@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from service import repository, telemetry
 from service.alerts import outbox
-from service.detection.changepoints import Drop, DropRule, lasting_drops
+from service.detection.changepoints import Drop, DropRule, lasting_drops, separate_episodes
 from service.detection.diagnosis import SegmentVariants, diagnose
 from service.detection.inferred import replica_changes
 from service.detection.series import Series, build_series, stretch
@@ -52,23 +52,36 @@ def detect(session: Session, settings: Settings, service: str | None = None) -> 
     inferred = infer_events(session, settings, since_us, service)
     created: list[Regression] = []
     updated: list[Regression] = []
-    rule = rule_of(settings)
     for svc, model in queries.series_keys(session, since_us, service):
-        filters = repository.RollupFilter(svc, model, since_us)
-        series = build_series(
-            repository.fetch_rollups(session, 60, filters),
-            repository.fetch_prefix_keys(session, 60, filters),
-            settings.detect_bucket_s,
-        )
-        if len(series) == 0:
-            continue
-        for drop in lasting_drops(series.hit_rate, series.weight, rule):
-            regression, is_new = _record(session, settings, svc, model, series, drop, now_us)
+        for regression, is_new in _detect_series(session, settings, svc, model, since_us, now_us):
             (created if is_new else updated).append(regression)
     # Slack alerts (issue 5): queued in this transaction, sent by the alerts job.
     outbox.enqueue_for_detection(session, created, updated, now_us)
     telemetry.count_detection_run()
     return DetectionReport(created, updated, inferred)
+
+
+def _detect_series(
+    session: Session, settings: Settings, service: str, model: str, since_us: int, now_us: int
+) -> list[tuple[Regression, bool]]:
+    filters = repository.RollupFilter(service, model, since_us)
+    series = build_series(
+        repository.fetch_rollups(session, 60, filters),
+        repository.fetch_prefix_keys(session, 60, filters),
+        settings.detect_bucket_s,
+    )
+    if len(series) == 0:
+        return []
+
+    def explained(drop: Drop) -> bool:
+        change_us = int(series.bucket_us[drop.at])
+        return _attribute(session, settings, service, model, change_us)[0] is not None
+
+    drops = lasting_drops(series.hit_rate, series.weight, rule_of(settings))
+    return [
+        _record(session, settings, service, model, series, drop, now_us)
+        for drop in separate_episodes(drops, explained)
+    ]
 
 
 def _lookback_start(session: Session, settings: Settings, now_us: int) -> int:
