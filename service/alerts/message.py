@@ -195,7 +195,7 @@ def digest_message(
         blocks.append(SectionBlock(text=_mrkdwn(f"…and {len(entries) - len(shown)} more.")))
     ids = ", ".join(f"#{r['id']}" for _, r in entries)
     blocks.append(ContextBlock(elements=[_mrkdwn(f"cachewatch · regressions {ids}", FIELD_MAX)]))
-    names = ", ".join(escape(_name(r)) for _, r in entries)
+    names = ", ".join(escape(name) for name in dict.fromkeys(_name(r) for _, r in entries))
     return SlackMessage(text=clip(f"{title}: {names}", MAX_TEXT), blocks=tuple(blocks))
 
 

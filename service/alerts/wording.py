@@ -2,6 +2,7 @@
 the cause in sentences a user can act on. Pure functions of the regression's JSON
 (contract section 5); the results are mrkdwn, user strings escaped."""
 
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -89,15 +90,37 @@ def _after_change(regression: Mapping[str, Any]) -> str:
     return f" after {event_name(attribution)}" if attribution else ""
 
 
+_SEGMENT_EVIDENCE = re.compile(
+    r"^segment `([^`]+)` had ([0-9.]+) variants? per hour before and ([0-9.]+)"
+)
+_SEGMENT_HINTS = (
+    ("tools", "tools serialized in a floating order, or with per-request data in them?"),
+    ("response_format", "a JSON schema with a request id inside, or keys in a floating order?"),
+    ("system", "a timestamp or per-user data at the top of the system prompt?"),
+    ("message", "earlier messages rewritten instead of appended?"),
+)
+
+
+def _unstable_part(regression: Mapping[str, Any]) -> str:
+    """Names the part that started varying when the records carried segments."""
+    for line in regression.get("evidence") or []:
+        match = _SEGMENT_EVIDENCE.match(str(line))
+        if match is None:
+            continue
+        name, was, now = match.groups()
+        hint = next((h for key, h in _SEGMENT_HINTS if name.startswith(key)), "what changed there?")
+        return (
+            f"{code(name)} went from {float(was):.0f} to {float(now):.0f} variants an hour: {hint}"
+        )
+    return "a timestamp or per-user data moved to the top of the prompt?"
+
+
 def cause_sentence(regression: Mapping[str, Any]) -> str:
     """One sentence per cause, in the user's terms, with a question to check first."""
     after = _after_change(regression)
     cause = str(regression.get("cause") or "unknown")
     if cause == "prefix_instability":
-        return (
-            f"The start of the request became unique{after}: "
-            "a timestamp or per-user data moved to the top of the prompt?"
-        )
+        return f"The start of the request became unique{after}: {_unstable_part(regression)}"
     if cause == "history_rewrite":
         return (
             f"Conversations stopped extending their history{after}: each turn rewrites "

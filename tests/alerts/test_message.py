@@ -18,7 +18,7 @@ from service.alerts.message import (
     compose,
     webhook_test_message,
 )
-from service.alerts.wording import CAUSE_LABELS
+from service.alerts.wording import CAUSE_LABELS, cause_sentence
 from tests.alerts.fake_slack import slack_check
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -289,3 +289,12 @@ def test_an_invalid_message_is_refused_before_sending() -> None:
 
 def test_test_message_is_valid() -> None:
     assert_valid(webhook_test_message(PUBLIC_URL).payload())
+
+
+def test_prefix_cause_names_the_part_that_started_varying() -> None:
+    tools = regression(evidence=["segment `tools` had 1 variant per hour before and 2326 after"])
+    sentence = cause_sentence(tools)
+    assert "`tools` went from 1 to 2326 variants an hour" in sentence
+    assert "floating order" in sentence
+    # Without segments in the records, the question stays generic.
+    assert "top of the prompt" in cause_sentence(regression(evidence=[]))
