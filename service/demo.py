@@ -23,6 +23,11 @@ from typing import Any
 
 import httpx
 
+from service import migrate
+from service.alerts.delivery import deliver_due
+from service.db import make_engine, make_sessionmaker
+from service.services.tokens import Scope, create_token
+from service.settings import Settings
 from service.simulate import (
     CanonicalTools,
     Change,
@@ -41,13 +46,14 @@ from service.simulate import (
     simulate,
 )
 from service.simulate.scenario import DAY_S, DEFAULT_START
+from service.slack_sink import SlackSink, message_headline, start_slack_sink
 
 HOUR_S = 3600.0
 SERVICE = "corporate-assistant"
 MODEL = "acme-chat-70b"
 
 
-def demo_scenario(seed: int = 7, peak_rate: float = 1.2) -> Scenario:
+def demo_scenario(seed: int = 7, peak_rate: float = 0.8) -> Scenario:
     """Four working days; one release a day at 10:00 and its fix at 15:00."""
     prompt = PromptStructure(
         system_tokens=1_200,
@@ -157,25 +163,18 @@ def _start_server(env: dict[str, str], port: int, log: Path) -> DemoServer:
     raise RuntimeError(f"the server did not start; see {log}")
 
 
-def _token(env: dict[str, str], scope: str) -> str:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "service.cli",
-            "token",
-            "create",
-            "--scope",
-            scope,
-            "--name",
-            "demo",
-        ],
-        env=env,
-        capture_output=True,
-        check=True,
-        text=True,
-    )
-    return out.stdout.strip()
+def _prepare_database(database_url: str) -> tuple[str, str]:
+    """Migrate the demo database and make its ingest and admin tokens."""
+    engine = make_engine(Settings(database_url=database_url, run_jobs=False))
+    try:
+        migrate.upgrade(engine)
+        with make_sessionmaker(engine).begin() as session:
+            return (
+                create_token(session, Scope.INGEST, "demo"),
+                create_token(session, Scope.ADMIN, "demo"),
+            )
+    finally:
+        engine.dispose()
 
 
 def run_demo(folder: Path, port: int, keep_serving: bool = True) -> list[dict[str, Any]]:
@@ -192,31 +191,40 @@ def run_demo(folder: Path, port: int, keep_serving: bool = True) -> list[dict[st
         CACHEWATCH_PUBLIC_URL=f"http://127.0.0.1:{port}",
         CACHEWATCH_RUN_JOBS="false",
     )
-    for name in ("CACHEWATCH_SLACK_WEBHOOK_URL",):
-        if os.environ.get(name):
-            env[name] = os.environ[name]
-    subprocess.run([sys.executable, "-m", "service.cli", "migrate"], env=env, check=True)
-    ingest, admin = _token(env, "ingest"), _token(env, "admin")
+    sink = None
+    if os.environ.get("CACHEWATCH_SLACK_WEBHOOK_URL"):
+        env["CACHEWATCH_SLACK_WEBHOOK_URL"] = os.environ["CACHEWATCH_SLACK_WEBHOOK_URL"]
+    else:
+        sink_path = folder / "slack-messages.jsonl"
+        sink_path.unlink(missing_ok=True)
+        sink = start_slack_sink(sink_path, _free_port())
+        env["CACHEWATCH_SLACK_WEBHOOK_URL"] = sink.url
+    ingest, admin = _prepare_database(env["CACHEWATCH_DATABASE_URL"])
     server = _start_server(env, port, folder / "server.log")
     print(f"cachewatch is serving {server.url} (SQLite at {database})", flush=True)
     try:
         result = simulate(demo_scenario())
         print(
             f"simulated 4 days of {SERVICE}: {len(result.records):,} requests, "
-            f"{len(result.events)} posted change events",
+            f"{len(result.events)} posted change events ({_since(started)})",
             flush=True,
         )
         post_events(server.url, ingest, result.events)
         stats = post_records(server.url, ingest, result.records, batch_size=2_000)
-        print(f"posted like a log shipper: {stats}", flush=True)
+        print(
+            f"posted like a log shipper: {stats.accepted:,} records accepted in "
+            f"{stats.batches} batches, {stats.rejected} rejected ({_since(started)})",
+            flush=True,
+        )
         answer = httpx.post(
             f"{server.url}/v1/detect", headers={"Authorization": f"Bearer {admin}"}, timeout=600
         )
         answer.raise_for_status()
         regressions = sorted(answer.json(), key=lambda r: r["change_ts"])
-        print(f"\n{len(regressions)} regressions:", flush=True)
+        print(f"\n{len(regressions)} regressions ({_since(started)}):", flush=True)
         for r in regressions:
             _print_regression(r)
+        _deliver_alerts(env, sink)
         print(f"\ndone in {time.monotonic() - started:.0f} s. Dashboard: {server.url}/", flush=True)
         if keep_serving:
             print("Ctrl-C stops the server.", flush=True)
@@ -227,6 +235,50 @@ def run_demo(folder: Path, port: int, keep_serving: bool = True) -> list[dict[st
     finally:
         server.process.terminate()
         server.process.wait(10)
+        if sink is not None:
+            sink.stop()
+
+
+def _since(started: float) -> str:
+    return f"at {time.monotonic() - started:.0f} s"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _deliver_alerts(env: dict[str, str], sink: SlackSink | None) -> None:
+    """Send the queued alerts now (the server's alerts job would, on its interval)."""
+    settings = Settings(
+        database_url=env["CACHEWATCH_DATABASE_URL"],
+        slack_webhook_url=env["CACHEWATCH_SLACK_WEBHOOK_URL"],
+        public_url=env["CACHEWATCH_PUBLIC_URL"],
+        run_jobs=False,
+    )
+    engine = make_engine(settings)
+    try:
+        factory = make_sessionmaker(engine)
+        sent = 0
+        for _ in range(20):  # one message a second per webhook; a few digests at most
+            report = deliver_due(factory, settings)
+            sent += report.sent
+            if report.messages == 0:
+                break
+    finally:
+        engine.dispose()
+    if sink is None:
+        print(f"\nalerts: {sent} sent to CACHEWATCH_SLACK_WEBHOOK_URL", flush=True)
+        return
+    messages = sink.messages()
+    print(
+        f"\nalerts: no CACHEWATCH_SLACK_WEBHOOK_URL set, so {sent} alerts went to a local "
+        f"Slack sink ({sink.url}) as {len(messages)} messages, saved in {sink.path}:",
+        flush=True,
+    )
+    for payload in messages:
+        print(f"  > {message_headline(payload)}", flush=True)
 
 
 def _print_regression(r: dict[str, Any]) -> None:

@@ -1,6 +1,7 @@
 """`cachewatch demo` tells its story: three harmful releases, each found, attributed
 to its release with the right cause, and resolved after its fix."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ from tests.conftest import free_port, is_postgres_run
 
 
 @pytest.mark.skipif(is_postgres_run(), reason="the demo runs on the embedded SQLite database")
-def test_demo_story(tmp_path: Path) -> None:
+def test_demo_story(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CACHEWATCH_SLACK_WEBHOOK_URL", raising=False)
     regressions = run_demo(tmp_path, free_port(), keep_serving=False)
     story = [
         (
@@ -30,3 +32,13 @@ def test_demo_story(tmp_path: Path) -> None:
     time_prefix = regressions[0]["evidence"]
     assert any("segment `system`" in line for line in time_prefix)
     assert any("segment `tools`" in line for line in regressions[1]["evidence"])
+
+    # No webhook configured: the alerts went to the local Slack sink, one section per
+    # regression, each naming its release and what changed.
+    sink = tmp_path / "slack-messages.jsonl"
+    messages = [json.loads(line) for line in sink.read_text().splitlines()]
+    sent = json.dumps(messages)
+    for release in ("v3.5.0", "v3.6.0"):
+        assert f"deploy `{release}`" in sent
+    assert "`system` went from 1 to" in sent and "`tools` went from 1 to" in sent
+    assert "the change to 4 replicas" in sent
