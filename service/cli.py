@@ -7,7 +7,7 @@ import typer
 
 from service.alerts.cli import app as alerts_app
 from service.db import make_engine, make_sessionmaker
-from service.fingerprint_cli import app as diff_app
+from service.fingerprint.cli import app as diff_app
 from service.settings import get_settings
 from service.simulate.cli import app as simulate_app
 

@@ -1,0 +1,168 @@
+"""`fingerprint`: segment hashes, token counts and chained block hashes.
+
+Without a tokenizer a token is `BYTES_PER_TOKEN` bytes of the serialized request
+(why, and its limits: the package docstring); with one, blocks are exact token ids
+of that serialization. Block hash i covers blocks 0..i.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, NotRequired, TypedDict
+
+from .canonical import _DIGEST_BYTES, _digest, _Pad, _Piece, _pieces, _utf8
+from .parts import _Part, _request_parts
+
+BYTES_PER_TOKEN: Final = 4
+DEFAULT_BLOCK_SIZE: Final = 128  # OpenAI caches in 128-token increments
+MAX_BLOCKS: Final = 8192  # contract section 1: block_hashes <= 8192
+MAX_SEGMENTS: Final = 1024  # cachewatch's ingestion limit on segments
+PREFIX_PARTS: Final = frozenset({"tools", "response_format", "system"})
+
+_VERSION: Final = b"cachewatch-fingerprint-v1"
+
+Tokenizer = Callable[[str], Sequence[int]]
+"""Text -> token ids, e.g. `tiktoken.get_encoding("o200k_base").encode`."""
+
+
+class SegmentFields(TypedDict):
+    """One part of the request: its name, the hash of its canonical JSON, its tokens."""
+
+    name: str
+    hash: str
+    tokens: int
+
+
+class RecordFields(TypedDict):
+    """The usage record fields `fingerprint` computes: spread them into a record."""
+
+    segments: list[SegmentFields]
+    block_size: int
+    block_hashes: list[str]
+    prefix_hash: NotRequired[str]
+    prefix_tokens: NotRequired[int]
+
+
+@dataclass(frozen=True)
+class _Rendered:
+    name: str
+    digest: bytes  # of the part's canonical JSON
+    pieces: list[_Piece]  # header + canonical JSON + newline, as serialized
+
+
+def _render(part: _Part) -> _Rendered:
+    body = _pieces(part.value)
+    hasher = hashlib.blake2b(digest_size=_DIGEST_BYTES, person=b"cw-segment")
+    for piece in body:
+        if isinstance(piece, str):
+            hasher.update(_utf8(piece))
+        else:  # a NUL never occurs in JSON text: pads cannot collide with text
+            hasher.update(b"\x00" + piece.digest + piece.tokens.to_bytes(4, "little"))
+    return _Rendered(part.name, hasher.digest(), [f"{part.name}\n", *body, "\n"])
+
+
+def _pad_bytes(pad: _Pad) -> bytes:
+    size = pad.tokens * BYTES_PER_TOKEN
+    return (pad.digest * (size // len(pad.digest) + 1))[:size]
+
+
+def _approx_units(pieces: Iterable[_Piece]) -> bytes:
+    return b"".join(_utf8(p) if isinstance(p, str) else _pad_bytes(p) for p in pieces)
+
+
+def _token_units(pieces: Iterable[_Piece], tokenizer: Tokenizer) -> list[int]:
+    ids: list[int] = []
+    for piece in pieces:
+        if isinstance(piece, str):
+            ids.extend(tokenizer(piece))
+        else:  # a negative id no vocabulary uses, distinct per image
+            ids.extend([-1 - int.from_bytes(piece.digest[:7], "little")] * piece.tokens)
+    return ids
+
+
+def _approx_tokens(data: bytes) -> int:
+    return -(-len(data) // BYTES_PER_TOKEN)
+
+
+def _byte_blocks(stream: bytes, block_size: int) -> Iterator[bytes]:
+    step = block_size * BYTES_PER_TOKEN
+    for start in range(0, min(len(stream), step * MAX_BLOCKS), step):
+        yield stream[start : start + step]
+
+
+def _id_blocks(ids: list[int], block_size: int) -> Iterator[bytes]:
+    for start in range(0, min(len(ids), block_size * MAX_BLOCKS), block_size):
+        block = ids[start : start + block_size]
+        yield struct.pack(f"<{len(block)}q", *block)
+
+
+def _chain(blocks: Iterable[bytes], seed: bytes) -> list[str]:
+    """Hash i = H(hash i-1 + block i): equal hash i means equal blocks 0..i."""
+    hashes: list[str] = []
+    previous = seed
+    for block in blocks:
+        previous = _digest(previous + block, b"cw-block")
+        hashes.append(previous.hex())
+    return hashes
+
+
+def _prefix_hash(rendered: list[_Rendered]) -> str:
+    hasher = hashlib.blake2b(digest_size=_DIGEST_BYTES, person=b"cw-prefix")
+    for part in rendered:
+        hasher.update(_utf8(part.name) + b"\x00" + part.digest)
+    return hasher.hexdigest()
+
+
+def serialize_request(body: Mapping[str, Any]) -> bytes:
+    """The approximate-mode byte stream that blocks are cut from: block i is bytes
+    [i, i+1) * block_size * BYTES_PER_TOKEN. Each image stands as its token estimate
+    times `BYTES_PER_TOKEN` bytes derived from its digest."""
+    return b"".join(_approx_units(_render(p).pieces) for p in _request_parts(body))
+
+
+def fingerprint(
+    body: Mapping[str, Any],
+    *,
+    tokenizer: Tokenizer | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> RecordFields:
+    """The fingerprint fields of a usage record for this request body (see the package
+    docstring for the serialization and the token approximation). Compute it on the
+    exact body you send, after every transformation, and spread the result into the
+    record: `{"request_id": ..., **fingerprint(body)}`."""
+    if block_size <= 0:
+        raise ValueError("block_size must be positive")
+    rendered = [_render(p) for p in _request_parts(body)]
+    segments: list[SegmentFields] = []
+    stream_bytes: list[bytes] = []
+    stream_ids: list[int] = []
+    for part in rendered:
+        if tokenizer is None:
+            units = _approx_units(part.pieces)
+            stream_bytes.append(units)
+            tokens = _approx_tokens(units)
+        else:
+            ids = _token_units(part.pieces, tokenizer)
+            stream_ids.extend(ids)
+            tokens = len(ids)
+        segments.append({"name": part.name, "hash": part.digest.hex(), "tokens": tokens})
+    mode = b"bytes/4" if tokenizer is None else b"tokens"
+    seed = _digest(_VERSION + b"|" + mode + b"|" + str(block_size).encode(), b"cw-seed")
+    blocks = (
+        _byte_blocks(b"".join(stream_bytes), block_size)
+        if tokenizer is None
+        else _id_blocks(stream_ids, block_size)
+    )
+    fields: RecordFields = {
+        "segments": segments[:MAX_SEGMENTS],
+        "block_size": block_size,
+        "block_hashes": _chain(blocks, seed),
+    }
+    prefix = [i for i, part in enumerate(rendered) if part.name in PREFIX_PARTS]
+    if prefix:
+        fields["prefix_hash"] = _prefix_hash([rendered[i] for i in prefix])
+        fields["prefix_tokens"] = sum(segments[i]["tokens"] for i in prefix)
+    return fields
