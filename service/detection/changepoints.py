@@ -30,6 +30,8 @@ import ruptures as rpt
 from ruptures.base import BaseCost
 
 Floats = npt.NDArray[np.float64]
+# Thresholds are inclusive; this keeps 0.7 - 0.6 (= 0.0999...) from missing "10 points".
+_EPSILON = 1e-9
 
 
 class WeightedMeanCost(BaseCost):  # type: ignore[misc]
@@ -124,7 +126,7 @@ def _merge_close(parts: list[Segment], y: Floats, w: Floats, rule: DropRule) -> 
     while len(parts) > 1:
         gaps = [abs(a.level - b.level) for a, b in itertools.pairwise(parts)]
         i = int(np.argmin(gaps))
-        if gaps[i] >= rule.min_abs / 2:
+        if gaps[i] + _EPSILON >= rule.min_abs / 2:
             break
         parts[i : i + 2] = [_segment(y, w, parts[i].start, parts[i + 1].end)]
     return parts
@@ -139,7 +141,7 @@ def _absorb_transitions(
     i = 1
     while i < len(parts) - 1:
         before, ramp, after = parts[i - 1], parts[i], parts[i + 1]
-        short = ramp.end - ramp.start < 2 * rule.min_buckets
+        short = ramp.end - ramp.start <= 2 * rule.min_buckets
         between = min(before.level, after.level) <= ramp.level <= max(before.level, after.level)
         if short and between:
             parts[i : i + 2] = [_segment(y, w, ramp.start, after.end)]
@@ -158,21 +160,31 @@ def _crossing(y: Floats, w: Floats, before: Segment, after: Segment) -> int:
     return after.start
 
 
+def _busy_buckets_down(y: Floats, w: Floats, before: Segment, after: Segment) -> int:
+    """How many buckets of the after segment carry busy-hour traffic (at least half a
+    typical busy bucket, the 75th percentile of weights) and sit below the half-way
+    level. Counting these, not the segment's length, keeps a quiet night with a low
+    hit rate (many buckets, little traffic) and a 2-bucket dip that Binseg padded to
+    its minimum size from passing as a lasting drop; a real drop that starts at night
+    is reported once the day's traffic confirms it."""
+    typical = float(np.quantile(w, 0.75))
+    midpoint = (before.level + after.level) / 2
+    window = slice(after.start, after.end)
+    return int(((w[window] >= 0.5 * typical) & (y[window] <= midpoint)).sum())
+
+
 def lasting_drops(y: Floats, w: Floats, rule: DropRule) -> list[Drop]:
     """Every segment boundary where the level falls by the rule's amounts and stays
-    down for at least `min_buckets` buckets carrying a typical bucket's traffic."""
+    down for at least `min_buckets` buckets of busy-hour traffic."""
     parts = segments(y, w, rule)
     w_norm = w / w.mean() if len(w) else w
     drops = []
     for i in range(1, len(parts)):
         before, after = parts[i - 1], parts[i]
-        fall = before.level - after.level
+        fall = before.level - after.level + _EPSILON
         if fall < rule.min_abs or fall < rule.min_rel * before.level:
             continue
-        if after.end - after.start < rule.min_buckets:
-            continue
-        # The weight guard: a long quiet stretch is many buckets but little traffic.
-        if float(w_norm[after.start : after.end].sum()) < rule.min_buckets * 0.5:
+        if _busy_buckets_down(y, w, before, after) < rule.min_buckets:
             continue
         recovered = next(
             (

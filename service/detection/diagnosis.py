@@ -52,7 +52,7 @@ def cause_of(before: Stretch, after: Stretch) -> str:
         if ceiling_fall >= drop / 2:
             rewrites_rose = (after.history_rewrite_share or 0.0) - (
                 before.history_rewrite_share or 0.0
-            ) >= 0.20
+            ) >= 0.20 - 1e-9  # inclusive: 10% -> 30% is 20 points despite float rounding
             openers_kept = (
                 before.opening_cacheable_fraction is None
                 or after.opening_cacheable_fraction is None

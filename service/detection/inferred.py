@@ -59,9 +59,12 @@ def replica_changes(
     counts = serving.sum(axis=1)
     volume = trailing.sum(axis=1)
 
+    # Counting starts at the first full trailing window: before it, the window holds
+    # less than an hour and a quiet start would look like replicas arriving.
+    first_full = min(span, len(ends)) - 1
     changes: list[ReplicaChange] = []
-    current, current_set = int(counts[0]), serving[0]
-    k = 1
+    current, current_set = int(counts[first_full]), serving[first_full]
+    k = first_full + 1
     while k < len(ends):
         count = int(counts[k])
         held = k + persist <= len(ends) and bool((counts[k : k + persist] == count).all())
