@@ -101,6 +101,33 @@ def detect(
         typer.echo("no regressions", err=True)
 
 
+@app.command()
+def retention(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the counts as JSON.")] = False,
+) -> None:
+    """Delete raw usage records and rejected records older than
+    CACHEWATCH_RETENTION_DAYS (rollups and regressions are kept); the server runs it
+    every CACHEWATCH_RETENTION_INTERVAL_S."""
+    import dataclasses
+
+    import orjson
+
+    from service.services.retention import purge
+
+    settings = get_settings()
+    engine = make_engine(settings)
+    report = purge(make_sessionmaker(engine), settings)
+    engine.dispose()
+    if as_json:
+        typer.echo(orjson.dumps(dataclasses.asdict(report)).decode())
+        return
+    typer.echo(
+        f"deleted {report.usage_deleted} usage records and {report.rejected_deleted} "
+        f"rejected records older than {settings.retention_days} days "
+        f"({report.batches} batches)"
+    )
+
+
 def _describe_attribution(attribution: dict[str, Any]) -> str:
     what = attribution["deploy"] or attribution["replicas"] or ""
     return (

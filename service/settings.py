@@ -20,7 +20,12 @@ class Settings(BaseSettings):
     public_read: bool = False
     max_body_bytes: int = Field(10 * MiB, gt=0)
     max_decompressed_bytes: int = Field(64 * MiB, gt=0)
+    # Raw usage records and rejected records older than this are deleted (rollups,
+    # regressions, events and alerts are kept): see service/services/retention.py.
     retention_days: int = Field(30, gt=0)
+    retention_interval_s: int = Field(3600, gt=0)
+    # Rows deleted per transaction: each batch holds SQLite's write lock briefly.
+    retention_batch: int = Field(5000, ge=1, le=100_000)
     # How long a writer waits for SQLite's lock before the request answers 503.
     sqlite_busy_timeout_ms: int = Field(5000, ge=0)
     retry_after_s: int = Field(5, ge=1)

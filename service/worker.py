@@ -1,5 +1,5 @@
-"""Background jobs on a schedule (APScheduler): the analytics pass and, as they
-exist, detection and alert delivery. Each job runs in its own transaction and takes
+"""Background jobs on a schedule (APScheduler): the analytics pass, detection,
+alert delivery and retention. Each job runs in its own transaction and takes
 its own database lock, so several processes may run the scheduler and each job
 still runs once at a time."""
 
@@ -11,7 +11,7 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.alerts import delivery as alerts_delivery
-from service.services import analytics_pass, detection
+from service.services import analytics_pass, detection, retention
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -22,6 +22,7 @@ def jobs(settings: Settings) -> list[tuple[str, Callable[[Session, Settings], ob
         ("analytics", analytics_pass.catch_up, settings.analytics_interval_s),
         ("detection", detection.detect, settings.detect_interval_s),
         ("alerts", alerts_delivery.run_job, settings.alerts_interval_s),
+        ("retention", retention.run_job, settings.retention_interval_s),
     ]
 
 

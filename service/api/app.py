@@ -13,6 +13,7 @@ from service.api.routers import (
     events,
     health,
     metrics,
+    otlp,
     prometheus,
     regressions,
     rejected,
@@ -47,4 +48,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router)
     app.include_router(dashboard.router)
     app.include_router(prometheus.router)
+    app.include_router(otlp.router)
     return app

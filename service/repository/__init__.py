@@ -45,6 +45,7 @@ from service.repository.usage import (
     USAGE_TABLE,
     add_rejected,
     insert_usage_rows,
+    insert_usage_values,
     list_rejected,
     usage_row_values,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "insert_event",
     "insert_rollups",
     "insert_usage_rows",
+    "insert_usage_values",
     "list_events",
     "list_rejected",
     "load_block_frame",

@@ -6,7 +6,9 @@ from operator import itemgetter
 from typing import Any, cast
 
 import orjson
+import psycopg
 from sqlalchemy import Table, select
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from service.models import (
@@ -24,17 +26,22 @@ _JSON_COLUMNS = {"segments", "attributes"}
 def insert_usage_rows(session: Session, rows: Sequence[dict[str, Any]]) -> int:
     """Insert rows in order, skipping any whose request_id is already stored (also by a
     concurrent writer). Returns how many were inserted."""
-    if not rows:
+    return insert_usage_values(session, [usage_row_values(row) for row in rows])
+
+
+def insert_usage_values(session: Session, values: Sequence[tuple[Any, ...]]) -> int:
+    """`insert_usage_rows` for rows already in `usage_row_values` form (USAGE_COLUMNS
+    order, JSON as text), with distinct request_ids. Returns how many were inserted."""
+    if not values:
         return 0
     if session.get_bind().dialect.name == "postgresql":
         hold_ingest_lock(session)
-        return _copy_usage_rows_postgresql(session, rows)
+        return _insert_postgresql(session, values)
     # A plain DBAPI executemany over ready tuples: SQLAlchemy's per-row bind
     # processing (stdlib json even for a None JSON value) cost as much as SQLite's
     # own work. sqlite3's executemany rowcount is the sum over the rows: conflicts
     # count 0.
-    params = [usage_row_values(row) for row in rows]
-    return session.connection().exec_driver_sql(_SQLITE_INSERT_USAGE, params).rowcount
+    return session.connection().exec_driver_sql(_SQLITE_INSERT_USAGE, list(values)).rowcount
 
 
 _SQLITE_INSERT_USAGE = (
@@ -61,27 +68,95 @@ def usage_row_values(row: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(patched)
 
 
-def _copy_usage_rows_postgresql(session: Session, rows: Sequence[dict[str, Any]]) -> int:
-    """COPY into a per-transaction staging table, then one INSERT .. SELECT .. ON
-    CONFLICT DO NOTHING: about 4x faster than multi-row INSERT, and its rowcount is
-    exact (psycopg reports none for batched inserts)."""
+_COLUMNS = ", ".join(USAGE_COLUMNS)
+_COPY_USAGE = f"COPY usage_records ({_COLUMNS}) FROM STDIN"
+
+
+def _insert_postgresql(session: Session, values: Sequence[tuple[Any, ...]]) -> int:
+    """COPY straight into usage_records the rows whose request_id is not stored yet:
+    as fast as a bare COPY. A concurrent writer can hold some of them uncommitted;
+    the COPY then waits for it and fails (unique violation once it commits, or a
+    deadlock when each waits for the other), is rolled back to its savepoint, which
+    frees the other writer, and is made again: the lookup now sees what that writer
+    committed. Retries insert in request_id order (ids still follow the body), so
+    writers that all retry cannot deadlock. The staging path is the last resort."""
     driver = session.connection().connection.driver_connection
     assert driver is not None
-    columns = ", ".join(USAGE_COLUMNS)
-    with driver.cursor() as cursor:
-        cursor.execute(
-            "CREATE TEMP TABLE IF NOT EXISTS usage_stage ON COMMIT DELETE ROWS AS "
-            f"SELECT 0::bigint AS ord, {columns} FROM usage_records WITH NO DATA"
-        )
-        cursor.execute("TRUNCATE usage_stage")
-        with cursor.copy(f"COPY usage_stage (ord, {columns}) FROM STDIN") as copy:
-            for ord_, row in enumerate(rows):
-                copy.write_row((ord_, *usage_row_values(row)))
-        cursor.execute(
-            f"INSERT INTO usage_records ({columns}) SELECT {columns} FROM usage_stage "
-            "ORDER BY ord ON CONFLICT (request_id) DO NOTHING"
-        )
-        return cursor.rowcount
+    try:
+        with driver.cursor() as cursor:
+            for attempt in range(_COPY_ATTEMPTS):
+                inserted = _copy_new_rows(cursor, values, by_request_id=attempt > 0)
+                if inserted is not None:
+                    return inserted
+            return _insert_via_staging(cursor, values)
+    except psycopg.OperationalError as exc:
+        # Raised by the driver itself: wrapped as SQLAlchemy's would be, so that the
+        # API answers 503 with Retry-After (a deadlock, the server going away).
+        raise OperationalError("COPY usage_records", None, exc) from exc
+
+
+_COPY_ATTEMPTS = 5
+
+
+def _copy_new_rows(
+    cursor: psycopg.Cursor[Any], values: Sequence[tuple[Any, ...]], *, by_request_id: bool
+) -> int | None:
+    """One attempt: the rows not stored (one indexed `= ANY` lookup) COPYed in, under
+    a savepoint. How many, or None when a concurrent writer's rows got in the way."""
+    cursor.execute(
+        "SELECT request_id FROM usage_records WHERE request_id = ANY(%s)",
+        ([v[0] for v in values],),
+    )
+    stored = {request_id for (request_id,) in cursor.fetchall()}
+    new = [v for v in values if v[0] not in stored] if stored else values
+    if not new:
+        return 0
+    cursor.execute("SAVEPOINT usage_copy")
+    try:
+        if by_request_id:
+            cursor.execute(_NEXT_IDS, (len(new),))
+            ids = [next_id for (next_id,) in cursor.fetchall()]
+            ordered = sorted(zip(ids, new, strict=True), key=lambda pair: pair[1][0])
+            with cursor.copy(_COPY_USAGE_WITH_IDS) as copy:
+                for next_id, row in ordered:
+                    copy.write_row((next_id, *row))
+        else:
+            with cursor.copy(_COPY_USAGE) as copy:
+                for row in new:
+                    copy.write_row(row)
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected):
+        cursor.execute("ROLLBACK TO SAVEPOINT usage_copy")
+        return None
+    cursor.execute("RELEASE SAVEPOINT usage_copy")
+    return len(new)
+
+
+_COPY_USAGE_WITH_IDS = f"COPY usage_records (id, {_COLUMNS}) FROM STDIN"
+# Ids in body order (each session's nextval values increase), taken before the rows
+# are inserted in another order.
+_NEXT_IDS = (
+    "SELECT nextval(pg_get_serial_sequence('usage_records', 'id')) "
+    "FROM generate_series(1, %s) ORDER BY 1"
+)
+
+
+def _insert_via_staging(cursor: psycopg.Cursor[Any], values: Sequence[tuple[Any, ...]]) -> int:
+    """COPY into a per-transaction staging table, then one INSERT .. SELECT .. ON
+    CONFLICT DO NOTHING: its rowcount is exact (psycopg reports none for batched
+    inserts), and it waits for, then skips, rows a concurrent writer holds."""
+    cursor.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS usage_stage ON COMMIT DELETE ROWS AS "
+        f"SELECT 0::bigint AS ord, {_COLUMNS} FROM usage_records WITH NO DATA"
+    )
+    cursor.execute("TRUNCATE usage_stage")
+    with cursor.copy(f"COPY usage_stage (ord, {_COLUMNS}) FROM STDIN") as copy:
+        for ord_, row in enumerate(values):
+            copy.write_row((ord_, *row))
+    cursor.execute(
+        f"INSERT INTO usage_records ({_COLUMNS}) SELECT {_COLUMNS} FROM usage_stage "
+        "ORDER BY ord ON CONFLICT (request_id) DO NOTHING"
+    )
+    return cursor.rowcount
 
 
 def add_rejected(session: Session, rows: Sequence[dict[str, Any]]) -> None:

@@ -9,7 +9,9 @@ from sqlalchemy.orm import Session
 
 from service import repository, telemetry
 from service.ingest.body import BodyItem, UndecodableBody, decompress, split_records
+from service.ingest.bulk import bulk_values
 from service.ingest.fast import convert_value, record_row
+from service.ingest.litellm import convert_item, is_litellm_payload
 from service.ingest.records import UsageRecordIn, format_validation_error, to_row
 
 MAX_REPORTED_ERRORS = 100
@@ -35,7 +37,12 @@ def ingest_usage(
     received_us: int,
 ) -> IngestOutcome:
     try:
-        items = split_records(decompress(body, content_encoding, max_decompressed_bytes))
+        data = decompress(body, content_encoding, max_decompressed_bytes)
+        # The common body, every line a valid record: decoded and stored in bulk.
+        bulk = bulk_values(data, received_us)
+        if bulk is not None:
+            return _store_bulk(session, bulk)
+        items = split_records(data)
     except UndecodableBody as exc:
         repository.add_rejected(
             session,
@@ -74,9 +81,27 @@ def ingest_usage(
     return outcome
 
 
+def _store_bulk(session: Session, values: list[tuple[Any, ...]]) -> IngestOutcome:
+    """Store the rows of a body that `bulk_values` took whole: the first of each
+    request_id in the body, minus those already stored."""
+    unique = values
+    if len({v[0] for v in values}) != len(values):
+        first: dict[str, tuple[Any, ...]] = {}
+        for v in values:
+            first.setdefault(v[0], v)  # a repeat within this body: first one wins
+        unique = list(first.values())
+    accepted = repository.insert_usage_values(session, unique)
+    outcome = IngestOutcome(accepted=accepted, duplicates=len(values) - accepted)
+    telemetry.count_ingest(session, outcome.accepted, outcome.duplicates, 0)
+    return outcome
+
+
 def _validate(item: BodyItem, received_us: int) -> tuple[dict[str, Any] | None, str | None]:
     if item.error is not None:
         return None, item.error
+    # LiteLLM's generic_api payload: mapped to a record first (service.ingest.litellm).
+    if item.record is None and is_litellm_payload(item.value) and (r := convert_item(item)):
+        return None, r
     # The fast path (msgspec) first; whatever it declines, pydantic decides and
     # explains: both accept the same records and build the same rows.
     record = item.record

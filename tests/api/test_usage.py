@@ -185,3 +185,52 @@ def test_a_failed_commit_is_never_acknowledged(
     assert answer.status_code == 503
     assert answer.headers["Retry-After"]
     assert stored_count(session) == 0
+
+
+def test_clean_bodies_count_duplicates_within_and_across_bodies(
+    client: TestClient, ingest_headers: dict[str, str], session: Session
+) -> None:
+    """Bodies of valid records only (the bulk path): a repeat within the body and a
+    record already stored are both duplicates, and the first occurrence is kept."""
+    first = client.post("/v1/usage", content=ndjson([record(1), record(2)]), headers=ingest_headers)
+    assert first.json() == {"accepted": 2, "duplicates": 0, "rejected": 0, "errors": []}
+    body = ndjson(
+        [record(2), record(3, prompt_tokens=1030), record(3, prompt_tokens=1031), record(4)]
+    )
+    answer = client.post("/v1/usage", content=body, headers=ingest_headers).json()
+    assert answer == {"accepted": 2, "duplicates": 2, "rejected": 0, "errors": []}
+    stored = session.scalars(select(UsageRecord).order_by(UsageRecord.id)).all()
+    assert [(r.request_id, r.prompt_tokens) for r in stored] == [
+        ("req-1", 1000),
+        ("req-2", 1000),
+        ("req-3", 1030),
+        ("req-4", 1000),
+    ]
+
+
+def test_a_body_mixing_good_malformed_and_duplicate_lines(
+    client: TestClient,
+    ingest_headers: dict[str, str],
+    read_headers: dict[str, str],
+    session: Session,
+) -> None:
+    client.post("/v1/usage", content=ndjson([record(1)]), headers=ingest_headers)
+    lines = [
+        orjson.dumps(record(5)),
+        b'{"request_id": "req-6", "ts": ',  # malformed
+        orjson.dumps(record(5, prompt_tokens=1007)),  # repeated within the body
+        orjson.dumps(record(1)),  # already stored
+        orjson.dumps(record(7, cached_tokens=5000)),  # more cached than prompt
+        orjson.dumps(record(8)),
+    ]
+    answer = client.post("/v1/usage", content=b"\n".join(lines), headers=ingest_headers).json()
+    assert (answer["accepted"], answer["duplicates"], answer["rejected"]) == (2, 2, 2)
+    assert [e["index"] for e in answer["errors"]] == [1, 4]
+    stored = session.scalars(select(UsageRecord).order_by(UsageRecord.id)).all()
+    assert [(r.request_id, r.prompt_tokens) for r in stored] == [
+        ("req-1", 1000),
+        ("req-5", 1000),
+        ("req-8", 1000),
+    ]
+    raws = {r["raw"] for r in client.get("/v1/rejected", headers=read_headers).json()}
+    assert {lines[1].decode(), lines[4].decode()} <= raws

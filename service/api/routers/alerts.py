@@ -4,9 +4,10 @@ from fastapi import APIRouter, Query
 
 from service.alerts.views import alert_to_json
 from service.api.deps import ReadAuth, SessionDep
+from service.api.schemas import READ_ERRORS
 from service.repository import alerts as alert_queries
 
-router = APIRouter(tags=["alerts"])
+router = APIRouter(tags=["alerts"], responses=READ_ERRORS)
 
 State = Literal["pending", "sending", "sent", "failed", "no_webhook"]
 
@@ -16,7 +17,7 @@ def get_alerts(
     session: SessionDep,
     state: State | None = None,
     kind: Literal["opened", "resolved"] | None = None,
-    regression_id: Annotated[int | None, Query(ge=1)] = None,
+    regression_id: Annotated[int | None, Query(ge=1, le=2**62)] = None,
     service: Annotated[str | None, Query(max_length=100)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> list[dict[str, Any]]:

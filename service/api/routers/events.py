@@ -9,11 +9,11 @@ from pydantic import ValidationError
 from service import repository
 from service.api.deps import BodyDep, IngestAuth, ReadAuth, SessionDep
 from service.api.params import TimeParam, parse_time_param
-from service.api.schemas import ErrorAnswer, EventOut
+from service.api.schemas import READ_ERRORS, ErrorAnswer, EventOut, json_body
 from service.ingest.records import format_validation_error
 from service.services.events import EventIn, event_to_json, record_event
 
-router = APIRouter(tags=["events"])
+router = APIRouter(tags=["events"], responses=READ_ERRORS)
 EVENTS_ENDPOINT = "events"
 
 
@@ -22,6 +22,7 @@ EVENTS_ENDPOINT = "events"
     dependencies=[IngestAuth],
     response_model=EventOut | list[EventOut],
     responses={400: {"model": ErrorAnswer}, 422: {"model": ErrorAnswer}},
+    openapi_extra=json_body(EventIn.model_json_schema()),
 )
 def post_events(body: BodyDep, session: SessionDep) -> Any:
     """One event or a JSON array of events. The same event posted twice is stored once."""

@@ -2,9 +2,9 @@ from fastapi import APIRouter
 from sqlalchemy import text
 
 from service.api.deps import SessionDep
-from service.api.schemas import Health
+from service.api.schemas import UNAVAILABLE, Health
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], responses=UNAVAILABLE)
 
 
 @router.get("/healthz", response_model=Health)

@@ -7,8 +7,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service import telemetry
 from service.api.deps import ReadAuth, SessionDep
+from service.api.schemas import READ_ERRORS
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], responses=READ_ERRORS)
 
 
 @router.get("/metrics", dependencies=[ReadAuth], response_class=Response)

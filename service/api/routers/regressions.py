@@ -3,15 +3,16 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query
 
 from service.api.deps import ReadAuth, SessionDep, SettingsDep, require_scope
+from service.api.schemas import READ_ERRORS, RegressionOut
 from service.repository import detection as detection_queries
 from service.services.detection import detect
 from service.services.regressions import regression_to_json
 from service.services.tokens import Scope
 
-router = APIRouter(tags=["regressions"])
+router = APIRouter(tags=["regressions"], responses=READ_ERRORS)
 
 
-@router.get("/v1/regressions", dependencies=[ReadAuth])
+@router.get("/v1/regressions", dependencies=[ReadAuth], response_model=list[RegressionOut])
 def get_regressions(
     session: SessionDep,
     service: Annotated[str | None, Query(max_length=100)] = None,
@@ -23,7 +24,11 @@ def get_regressions(
     return [regression_to_json(r) for r in rows]
 
 
-@router.post("/v1/detect", dependencies=[Depends(require_scope(Scope.ADMIN))])
+@router.post(
+    "/v1/detect",
+    dependencies=[Depends(require_scope(Scope.ADMIN))],
+    response_model=list[RegressionOut],
+)
 def post_detect(
     session: SessionDep,
     settings: SettingsDep,

@@ -5,10 +5,10 @@ from fastapi import APIRouter, Query
 
 from service import repository
 from service.api.deps import ReadAuth, SessionDep
-from service.api.schemas import RejectedOut
+from service.api.schemas import READ_ERRORS, RejectedOut
 from service.ingest.timestamps import us_to_rfc3339
 
-router = APIRouter(tags=["ingestion"])
+router = APIRouter(tags=["ingestion"], responses=READ_ERRORS)
 
 
 @router.get("/v1/rejected", dependencies=[ReadAuth], response_model=list[RejectedOut])

@@ -4,17 +4,23 @@ from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse
 
 from service.api.deps import BodyDep, IngestAuth, SessionDep, SettingsDep
-from service.api.schemas import ErrorAnswer, IngestAnswer, RecordError
+from service.api.schemas import (
+    USAGE_RECORD_SCHEMA,
+    WRITE_ERRORS,
+    IngestAnswer,
+    RecordError,
+    json_body,
+)
 from service.services.ingestion import ingest_usage
 
-router = APIRouter(tags=["ingestion"])
+router = APIRouter(tags=["ingestion"], responses=WRITE_ERRORS)
 
 
 @router.post(
     "/v1/usage",
     dependencies=[IngestAuth],
     response_model=IngestAnswer,
-    responses={400: {"model": ErrorAnswer}, 413: {"model": ErrorAnswer}},
+    openapi_extra=json_body(USAGE_RECORD_SCHEMA),
 )
 def post_usage(
     body: BodyDep,

@@ -1,0 +1,77 @@
+"""OTLP/HTTP receivers for traces and logs (GenAI spans and events -> usage records).
+
+Answers follow the OTLP/HTTP specification: 200 with an Export*ServiceResponse in
+the request's encoding (`partial_success` when some items were rejected), 400 with
+a google.rpc.Status for a body that does not decode (clients never retry it), 415
+for another Content-Type; 401/403/413/503 as POST /v1/usage."""
+
+import time
+
+from fastapi import APIRouter, Header, Response
+from google.protobuf.message import Message
+
+from service.api.deps import BodyDep, IngestAuth, SessionDep, SettingsDep
+from service.api.schemas import OTLP_ERRORS
+from service.ingest import otlp
+from service.services.otlp import ingest_otlp, keep_undecodable
+
+router = APIRouter(tags=["ingestion"], responses=OTLP_ERRORS)
+
+
+@router.post("/v1/otlp/v1/traces", dependencies=[IngestAuth])
+def post_traces(
+    body: BodyDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    content_type: str | None = Header(default=None, max_length=200),
+    content_encoding: str | None = Header(default=None, max_length=100),
+) -> Response:
+    """OTLP ExportTraceServiceRequest, protobuf or JSON, gzip accepted."""
+    return _export(body, session, settings, "traces", content_type, content_encoding)
+
+
+@router.post("/v1/otlp/v1/logs", dependencies=[IngestAuth])
+def post_logs(
+    body: BodyDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    content_type: str | None = Header(default=None, max_length=200),
+    content_encoding: str | None = Header(default=None, max_length=100),
+) -> Response:
+    """OTLP ExportLogsServiceRequest, protobuf or JSON, gzip accepted."""
+    return _export(body, session, settings, "logs", content_type, content_encoding)
+
+
+def _export(
+    body: bytes,
+    session: SessionDep,
+    settings: SettingsDep,
+    signal: otlp.Signal,
+    content_type: str | None,
+    content_encoding: str | None,
+) -> Response:
+    received_us = time.time_ns() // 1000
+    try:
+        encoding = otlp.body_encoding(content_type)
+    except otlp.UnsupportedMediaType as exc:
+        keep_undecodable(session, body, signal, str(exc), received_us)
+        return _answer(otlp.status(str(exc)), "json", 415)
+    outcome = ingest_otlp(
+        session,
+        body,
+        signal=signal,
+        encoding=encoding,
+        content_encoding=content_encoding,
+        max_decompressed_bytes=settings.max_decompressed_bytes,
+        received_us=received_us,
+    )
+    if outcome.undecodable is not None:
+        # Returned, not raised: the session still commits the kept raw body.
+        return _answer(otlp.status(outcome.undecodable), encoding, 400)
+    answer = otlp.export_response(signal, outcome.rejected, outcome.error_message)
+    return _answer(answer, encoding, 200)
+
+
+def _answer(message: Message, encoding: otlp.Encoding, status_code: int) -> Response:
+    content, media_type = otlp.encode(message, encoding)
+    return Response(content=content, status_code=status_code, media_type=media_type)

@@ -1,0 +1,152 @@
+"""LiteLLM's `StandardLoggingPayload` (what its `generic_api` logging callback posts,
+a JSON array or NDJSON) -> a usage record (contract section 1).
+
+Recognised by LiteLLM's own keys (`call_type`, `startTime`) and no `ts`, so a
+contract record is never taken for one. Like every mapping here it renames and
+reads; the usual validation decides. docs/integrations.md documents each choice."""
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from service.ingest.body import BodyItem
+
+DEFAULT_SERVICE = "litellm"
+# Record fields a caller may set in its request metadata, as `cachewatch_<field>`
+# keys or inside a `cachewatch` object (e.g. the output of `fingerprint()`).
+METADATA_FIELDS = (
+    "service",
+    "deploy",
+    "tenant",
+    "replica",
+    "session_id",
+    "cache_key",
+    "block_size",
+    "block_hashes",
+    "prefix_hash",
+    "prefix_tokens",
+    "segments",
+    "attributes",
+)
+
+
+def is_litellm_payload(value: Any) -> bool:
+    return (
+        type(value) is dict and "call_type" in value and "startTime" in value and "ts" not in value
+    )
+
+
+class NoUsage(ValueError):
+    """The payload describes no provider request: a failed call, or an answer from
+    LiteLLM's own response cache. Rejected with this reason, as everything is."""
+
+
+def convert_item(item: BodyItem) -> str | None:
+    """Replace the item's payload by its record (keeping the payload as sent for the
+    rejected store); the rejection reason when there is no record to make."""
+    item.raw = item.verbatim()
+    try:
+        item.value = to_record(item.value)
+    except NoUsage as exc:
+        return str(exc)
+    return None
+
+
+def to_record(payload: dict[str, Any]) -> dict[str, Any]:
+    status = payload.get("status")
+    if status not in (None, "success"):
+        raise NoUsage(f"LiteLLM call status {status!r}: no usage to record")
+    if payload.get("cache_hit") is True:
+        raise NoUsage("LiteLLM response-cache hit: no provider request was made")
+    metadata = _dict(payload.get("metadata"))
+    started = payload.get("startTime")
+    record: dict[str, Any] = {
+        "request_id": payload.get("id") or payload.get("litellm_call_id"),
+        "ts": started,
+        "service": _team(metadata) or DEFAULT_SERVICE,
+        "model": payload.get("model"),
+        "replica": _replica(payload),
+        "session_id": payload.get("session_id") or None,
+        "cache_key": _dict(payload.get("model_parameters")).get("prompt_cache_key"),
+        "tenant": payload.get("end_user") or None,
+        "ttft_ms": _millis(payload.get("completionStartTime"), started),
+        "latency_ms": _millis(payload.get("endTime"), started),
+    }
+    record.update(_tokens(payload, metadata))
+    record.update(_caller_fields(metadata))
+    return {k: v for k, v in record.items() if v is not None}
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _team(metadata: dict[str, Any]) -> Any:
+    """The LiteLLM proxy's team alias, else its key alias: who called."""
+    return metadata.get("user_api_key_team_alias") or metadata.get("user_api_key_alias")
+
+
+def _replica(payload: dict[str, Any]) -> str | None:
+    """Where the KV cache lives: the engine endpoint (api_base, as host[:port]), else
+    the router's deployment id. Two deployments of one engine share its cache."""
+    hidden = _dict(payload.get("hidden_params"))
+    for base in (payload.get("api_base"), hidden.get("api_base")):
+        if isinstance(base, str) and base:
+            try:
+                netloc = urlsplit(base).netloc
+            except ValueError:
+                netloc = ""
+            return (netloc or base)[:200]
+    for model_id in (payload.get("model_id"), hidden.get("model_id")):
+        if isinstance(model_id, str) and model_id:
+            return model_id[:200]
+    return None
+
+
+def _millis(later: Any, earlier: Any) -> Any:
+    numbers = (later, earlier)
+    if all(isinstance(n, int | float) and not isinstance(n, bool) for n in numbers):
+        return max(0.0, (later - earlier) * 1000)
+    return None
+
+
+def _tokens(payload: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
+    """The provider's usage as LiteLLM normalized it (OpenAI form, prompt_tokens
+    including cached ones, also for Anthropic): in the response, else in
+    `metadata.usage_object` / `hidden_params.usage_object`; else the payload's
+    own totals, nothing cached."""
+    response = _dict(payload.get("response"))
+    hidden = _dict(payload.get("hidden_params"))
+    for usage in (
+        response.get("usage"),
+        metadata.get("usage_object"),
+        hidden.get("usage_object"),
+    ):
+        if isinstance(usage, dict) and "prompt_tokens" in usage:
+            details = _dict(usage.get("prompt_tokens_details"))
+            cached = details.get("cached_tokens")
+            if cached is None:
+                cached = usage.get("cache_read_input_tokens")
+            return {
+                "prompt_tokens": usage.get("prompt_tokens"),
+                "cached_tokens": 0 if cached is None else cached,
+                "completion_tokens": usage.get("completion_tokens"),
+            }
+    return {
+        "prompt_tokens": payload.get("prompt_tokens"),
+        "completion_tokens": payload.get("completion_tokens"),
+    }
+
+
+def _caller_fields(metadata: dict[str, Any]) -> dict[str, Any]:
+    """`cachewatch_<field>` keys and a `cachewatch` object from the caller's
+    metadata: `requester_metadata` (the proxy's client request metadata; with the
+    SDK, `metadata={"requester_metadata": {...}}`) or `spend_logs_metadata`."""
+    fields: dict[str, Any] = {}
+    for source in (metadata.get("spend_logs_metadata"), metadata.get("requester_metadata")):
+        source = _dict(source)
+        nested = _dict(source.get("cachewatch"))
+        for name in METADATA_FIELDS:
+            for value in (source.get(f"cachewatch_{name}"), nested.get(name)):
+                if value is not None:
+                    fields[name] = value
+    return fields

@@ -1,0 +1,92 @@
+"""Retention's queries: find and delete old raw records in small id ranges, and the
+retention horizon the analytics pass must respect. Callers pass a session; nothing
+here commits."""
+
+from sqlalchemy import Table, select
+from sqlalchemy.orm import Session
+
+from service.models import AnalyticsCursor, AnalyticsState
+from service.repository.usage import REJECTED_TABLE, USAGE_TABLE
+
+# An `analytics_state` row: its `max_ts_us` is the newest cutoff retention has used,
+# so records with an older `ts` may be gone (its `state` blob is unused).
+HORIZON = "retention"
+
+
+def get_horizon(session: Session) -> int | None:
+    row = session.get(AnalyticsState, HORIZON)
+    return row.max_ts_us if row else None
+
+
+def raise_horizon(session: Session, cutoff_us: int) -> None:
+    """Written before the first delete under this cutoff, in the same transaction, so
+    the analytics pass never sees deleted records without knowing it."""
+    row = session.get(AnalyticsState, HORIZON)
+    if row is None:
+        session.add(AnalyticsState(name=HORIZON, max_ts_us=cutoff_us, state=b""))
+    elif row.max_ts_us < cutoff_us:
+        row.max_ts_us = cutoff_us
+    session.flush()
+
+
+def _next_range(
+    session: Session,
+    table: Table,
+    ts_column: str,
+    after_id: int,
+    up_to_id: int | None,
+    before_us: int,
+    limit: int,
+) -> tuple[int, int] | None:
+    """(low, high) ids of the next `limit` matching rows after `after_id`: a walk
+    along the primary key (ids grow with arrival, so old rows come first), no scan
+    of the whole table per batch and no extra index."""
+    ts = table.c[ts_column]
+    query = select(table.c.id).where(table.c.id > after_id, ts < before_us)
+    if up_to_id is not None:
+        query = query.where(table.c.id <= up_to_id)
+    ids = session.scalars(query.order_by(table.c.id).limit(limit)).all()
+    return (ids[0], ids[-1]) if ids else None
+
+
+def _delete_range(
+    session: Session, table: Table, ts_column: str, low: int, high: int, before_us: int
+) -> int:
+    ts = table.c[ts_column]
+    result = session.execute(
+        table.delete().where(table.c.id >= low, table.c.id <= high, ts < before_us)
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def delete_old_usage(
+    session: Session, *, after_id: int, up_to_id: int, before_us: int, limit: int
+) -> tuple[int, int] | None:
+    """Delete up to `limit` usage records with `ts_us < before_us` and an id in
+    (after_id, up_to_id]; returns (deleted, last id examined), None when done."""
+    found = _next_range(session, USAGE_TABLE, "ts_us", after_id, up_to_id, before_us, limit)
+    if found is None:
+        return None
+    low, high = found
+    return _delete_range(session, USAGE_TABLE, "ts_us", low, high, before_us), high
+
+
+def delete_old_rejected(
+    session: Session, *, after_id: int, before_us: int, limit: int
+) -> tuple[int, int] | None:
+    """Rejected records received before `before_us`, like `delete_old_usage`."""
+    found = _next_range(session, REJECTED_TABLE, "received_us", after_id, None, before_us, limit)
+    if found is None:
+        return None
+    low, high = found
+    return _delete_range(session, REJECTED_TABLE, "received_us", low, high, before_us), high
+
+
+def analytics_progress(session: Session, cursor: str, state: str) -> tuple[int, int] | None:
+    """(last id the analytics pass consumed, newest `ts_us` it has seen), or None
+    before its first pass."""
+    consumed = session.get(AnalyticsCursor, cursor)
+    seen = session.get(AnalyticsState, state)
+    if consumed is None or seen is None:
+        return None
+    return consumed.last_id, seen.max_ts_us
