@@ -35,7 +35,13 @@ import orjson
 from msgspec import UNSET, Meta, UnsetType
 
 from service.ingest.hashing import hash_key, pack_block_hashes
-from service.ingest.records import MAX_ATTRIBUTES, MAX_BLOCKS, MAX_SEGMENTS, provider_usage_fields
+from service.ingest.records import (
+    MAX_ATTRIBUTES,
+    MAX_BLOCKS,
+    MAX_MS,
+    MAX_SEGMENTS,
+    provider_usage_fields,
+)
 from service.ingest.timestamps import parse_ts
 
 _INT64_MIN = -(2**63)
@@ -43,9 +49,12 @@ _INT64_MAX = 2**63 - 1
 _UINT64_MAX = 2**64 - 1  # orjson's largest int; beyond it gives a float
 
 # msgspec bounds ints to int64 at most: a count in [2**63, 2**64) falls back.
+# A TTFT or latency beyond a year is not a measurement; the bound keeps absurd values
+# (2^63 ms) out of the percentiles.
+_MAX_MS = float(MAX_MS)
 Int64 = Annotated[int, Meta(ge=_INT64_MIN, le=_INT64_MAX)]
 Count = Annotated[int, Meta(ge=0, le=_INT64_MAX)]
-Millis = Annotated[int, Meta(ge=0, le=_INT64_MAX)] | Annotated[float, Meta(ge=0)]
+Millis = Annotated[int, Meta(ge=0, le=MAX_MS)] | Annotated[float, Meta(ge=0, le=_MAX_MS)]
 Label = Annotated[str, Meta(max_length=200)]
 Name100 = Annotated[str, Meta(min_length=1, max_length=100)]
 Name200 = Annotated[str, Meta(min_length=1, max_length=200)]
@@ -159,7 +168,7 @@ def _apply_usage(record: FastRecord, usage: Any) -> bool:
         if name in fields and getattr(record, name) is UNSET:
             value = fields[name]
             # A JSON int from orjson, >= 0: what pydantic's strict count accepts.
-            if type(value) is not int or value < 0:
+            if type(value) is not int or not 0 <= value <= _INT64_MAX:
                 return False
             setattr(record, name, value)
     return True

@@ -27,8 +27,13 @@ def _name(max_length: int) -> Any:
     return Field(min_length=1, max_length=max_length)
 
 
-Count = Annotated[StrictInt, Field(ge=0)]
-Millis = Annotated[StrictInt | StrictFloat, Field(ge=0)]
+# Counts are stored as 64-bit integers: a larger one is refused here, not by the database.
+INT64_MAX = 2**63 - 1
+Count = Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]
+# A TTFT or latency beyond a year is not a measurement: refused, so that one absurd
+# value cannot reach the percentiles.
+MAX_MS = 365 * 86_400_000
+Millis = Annotated[StrictInt | StrictFloat, Field(ge=0, le=MAX_MS)]
 Label = Annotated[StrictStr, Field(max_length=200)]
 
 
@@ -59,7 +64,7 @@ class UsageRecordIn(BaseModel):
     session_id: Label | None = None
     cache_key: Label | None = None
     tenant: Label | None = None
-    block_size: Annotated[StrictInt, Field(gt=0)] | None = None
+    block_size: Annotated[StrictInt, Field(gt=0, le=INT64_MAX)] | None = None
     block_hashes: (
         Annotated[
             list[Annotated[StrictStr, Field(max_length=200)] | StrictInt],

@@ -234,3 +234,25 @@ def test_a_body_mixing_good_malformed_and_duplicate_lines(
     ]
     raws = {r["raw"] for r in client.get("/v1/rejected", headers=read_headers).json()}
     assert {lines[1].decode(), lines[4].decode()} <= raws
+
+
+def test_counts_beyond_64_bits_are_rejected_records_not_server_errors(
+    client: TestClient, ingest_headers: dict[str, str], session: Session
+) -> None:
+    huge = 2**63 + 10
+    anthropic = {"input_tokens": 2**62, "cache_read_input_tokens": 2**62, "output_tokens": 1}
+    body = ndjson(
+        [
+            record(0, prompt_tokens=huge),
+            record(1, completion_tokens=huge),
+            record(2, ttft_ms=huge),
+            record(3, block_size=huge, block_hashes=[1, 2]),
+            {**{k: v for k, v in record(4).items() if k != "prompt_tokens"}, "usage": anthropic},
+            record(5),
+        ]
+    )
+    answer = client.post("/v1/usage", content=body, headers=ingest_headers)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["accepted"] == 1
+    assert [e["index"] for e in answer.json()["errors"]] == [0, 1, 2, 3, 4]
+    assert stored_count(session) == 1
