@@ -6,9 +6,9 @@ leading prefixes per (service, model) in the prefix rollups, a 3-hour hit-rate d
 of svc-0 every day, daily deploy events, one scale-out and a KV budget `config`
 event, one regression per day for svc-0. Day 0 is generated, the other days are
 copies shifted by whole days (as bench/analytics.py does). The newest 20,000
-requests of model-a are also stored as records (the cap of the capacity replay), so
-the capacity panel replays at its worst case; the analytics cursor is set past them
-so no data request recomputes anything.
+requests of each model are also stored as records (the cap of the capacity replay),
+so the capacity panel replays at its worst case; the analytics cursor is set past
+them so no data request recomputes anything.
 
 Then, against a real `cachewatch serve` on that database (public read):
 1. the page in Chromium (`/usr/bin/chromium`): navigation start to every panel
@@ -167,11 +167,14 @@ def day_zero_prefixes(rollups: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(parts)
 
 
-def capacity_records(days: int) -> list[dict[str, Any]]:
-    """The newest CAPACITY_RECORDS requests of model-a, as stored records."""
+def capacity_records(days: int, model: str) -> list[dict[str, Any]]:
+    """The newest CAPACITY_RECORDS requests of a model, as stored records. Every
+    model gets them: views without a model replay the busiest one, which depends on
+    which rows are read (the hour rows generated here are not the sums of the
+    minute rows, and the chart rollups are derived from the minute rows)."""
     from bench._synthetic import requests  # block_hashes there are the stored blob form
 
-    frame = requests(CAPACITY_RECORDS, start_us=0).with_columns(pl.lit("model-a").alias("model"))
+    frame = requests(CAPACITY_RECORDS, start_us=0).with_columns(pl.lit(model).alias("model"))
     # Squeeze them into the last 30 minutes of the data.
     end = START_US + days * DAY_US
     ts = end - 30 * MINUTE_US + (frame["ts_us"] * (30 * MINUTE_US) // DAY_US)
@@ -180,11 +183,11 @@ def capacity_records(days: int) -> list[dict[str, Any]]:
     for i, r in enumerate(frame.iter_rows(named=True)):
         rows.append(
             {
-                "request_id": f"cap-{i}",
+                "request_id": f"cap-{model}-{i}",
                 "ts_us": r["ts_us"],
                 "received_us": r["ts_us"],
                 "service": r["service"],
-                "model": "model-a",
+                "model": model,
                 "prompt_tokens": r["prompt_tokens"],
                 "cached_tokens": r["cached_tokens"],
                 "ttft_ms": r["ttft_ms"],
@@ -202,6 +205,8 @@ def build(database_url: str, days: int, per_day: int) -> dict[str, Any]:
     from service import migrate, repository
     from service.db import make_engine, make_sessionmaker
     from service.models import ChangeEvent, Regression
+    from service.repository import series as chart_queries
+    from service.services import chart_rollups
     from service.services.events import dedupe_key
     from service.settings import Settings
 
@@ -214,9 +219,15 @@ def build(database_url: str, days: int, per_day: int) -> dict[str, Any]:
             rollups = day_zero_rollups(per_day, grain)
             repository.insert_rollups(session, repository.ROLLUP_TABLE, rollups)
             repository.insert_rollups(session, repository.PREFIX_TABLE, day_zero_prefixes(rollups))
+        # Day 0's chart rollups as the analytics pass derives them (the other days
+        # are copies, like the rollups they come from).
+        chart_started = time.perf_counter()
+        chart_rollups.rebuild_from(session, None)
+        chart_s = time.perf_counter() - chart_started
         for table, columns in (
             (repository.ROLLUP_TABLE, repository.ROLLUP_VALUE_COLUMNS),
             (repository.PREFIX_TABLE, repository.PREFIX_VALUE_COLUMNS),
+            (chart_queries.CHART_TABLE, chart_queries.CHART_COLUMNS),
         ):
             for day in range(1, days):
                 exprs = ", ".join(
@@ -235,6 +246,11 @@ def build(database_url: str, days: int, per_day: int) -> dict[str, Any]:
                     )
                     or 0
                 )
+        chart_rollups.rebuild_prefix_days(session, None)
+        repository.set_cursor(session, chart_rollups.MARKER, chart_rollups.VERSION, 0)
+        counts["chart_rollups"] = int(
+            session.scalar(text("SELECT count(*) FROM chart_rollups")) or 0
+        )
         events: list[dict[str, Any]] = []
         for day in range(days):
             for k, service in enumerate(SERVICES):
@@ -287,7 +303,7 @@ def build(database_url: str, days: int, per_day: int) -> dict[str, Any]:
             row = {"model": None, "deploy": None, "replicas": None, **event, "source": "posted"}
             row["dedupe_key"] = dedupe_key(row)
             session.add(ChangeEvent(created_us=0, **row))
-        records = capacity_records(days)
+        records = [r for model in MODELS for r in capacity_records(days, model)]
         repository.insert_usage_rows(
             session,
             [
@@ -302,7 +318,7 @@ def build(database_url: str, days: int, per_day: int) -> dict[str, Any]:
         top = repository.max_usage_id(session)
         repository.set_cursor(session, "usage", top, 0)
     engine.dispose()
-    return {"seconds": time.perf_counter() - started, "rows": counts}
+    return {"seconds": time.perf_counter() - started, "rows": counts, "chart_s": chart_s}
 
 
 # --- the server -------------------------------------------------------------------------
@@ -471,7 +487,10 @@ def main() -> None:
     if fresh:
         built = build(url, args.days, args.per_day)
         rows = ", ".join(f"{k} {v:,}" for k, v in built["rows"].items())
-        print(f"built {args.days} days x {args.per_day:,} requests in {built['seconds']:.0f} s")
+        print(
+            f"built {args.days} days x {args.per_day:,} requests in {built['seconds']:.0f} s"
+            f" (day 0's chart rollups derived in {built['chart_s']:.1f} s)"
+        )
         print(f"rows: {rows}")
     else:
         print("reusing the database built before")

@@ -11,13 +11,13 @@ from sqlalchemy.orm import Session
 from dashboards import figures, queries
 from dashboards.budget import parse_budget
 from dashboards.cache import ReplayCache
-from dashboards.filters import HOUR_S, RawFilters, View, format_duration, resolve
-from dashboards.series import series
+from dashboards.filters import RawFilters, View, format_duration, resolve
 from service.analytics.capacity import capacity_curve
 from service.ingest.timestamps import us_to_rfc3339
 from service.models import Regression
 from service.services.events import event_to_json
 from service.services.regressions import regression_to_json
+from service.services.series import SeriesQuery, series
 from service.settings import Settings
 
 CAPACITY_SIZES = tuple(16384 * 4**i for i in range(6))  # 16Ki .. 16Mi tokens
@@ -140,17 +140,15 @@ def markers(session: Session, view: View) -> figures.Markers:
 def series_payload(session: Session, ctx: Context) -> dict[str, Any]:
     """Headline and the four time-series figures."""
     view = ctx.view
-    grain = HOUR_S if view.bucket_s % HOUR_S == 0 else 60  # the range is bucket-aligned
-    buckets = series(
-        session,
-        grain_s=grain,
-        bucket_s=view.bucket_s,
-        services=ctx.services,
-        models=ctx.models,
-        model=view.model,
-        from_us=view.from_us,
-        to_us=view.to_us,
+    read = (
+        series(
+            session, SeriesQuery(view.service, view.model, view.from_us, view.to_us, view.bucket_s)
+        )
+        if ctx.services
+        else None
     )
+    buckets = read.buckets if read is not None else []
+    grain = read.grains_s[0] if read is not None and read.grains_s else 60
     answer = {"bucket_s": view.bucket_s, "buckets": buckets}
     current = headline_values(queries.range_totals(session, ctx.scope(view.from_us, view.to_us)))
     previous = headline_values(queries.range_totals(session, ctx.scope(*view.previous)))

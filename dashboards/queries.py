@@ -13,7 +13,11 @@ from sqlalchemy.orm import Session
 from service import repository
 from service.models import Alert, ChangeEvent, Regression
 from service.repository import detection as detection_queries
+from service.repository import series as chart_queries
+from service.rollups import chart
 from service.rollups.aggregate import CAUSES
+from service.services.analytics_pass import PREFIX_GRAINS_S
+from service.services.series import plan
 
 ROLLUPS = repository.ROLLUP_TABLE
 PREFIXES = repository.PREFIX_TABLE
@@ -36,16 +40,23 @@ class Scope:
     from_us: int
     to_us: int
 
+    def chart_key(self) -> tuple[int, str, str]:
+        """The chart rollups answering this scope. `services` is the selected service
+        or every service with data, so one service means that service (and when
+        only one has data, both readings give the same rows' sums)."""
+        service = self.services[0] if len(self.services) == 1 else None
+        return chart.scope_key(service, self.model)
+
+    def chart_segments(self) -> list[chart_queries.Segment]:
+        """The range in the coarsest chart rows (days, hours, 5 and 1 minutes)."""
+        return plan(self.from_us, self.to_us, 86_400)
+
     def segments(self) -> list[tuple[int, int, int]]:
-        """(grain_s, from_us, to_us): hourly rows for the whole hours of the range,
-        minute rows for its ragged ends (60x fewer rows to read)."""
-        first_hour = -(-self.from_us // HOUR_US) * HOUR_US
-        last_hour = (self.to_us // HOUR_US) * HOUR_US
-        if first_hour >= last_hour:
-            return [(60, self.from_us, self.to_us)]
-        parts = [(60, self.from_us, first_hour), (3600, first_hour, last_hour)]
-        parts.append((60, last_hour, self.to_us))
-        return [(g, a, b) for g, a, b in parts if a < b]
+        """(grain_s, from_us, to_us) of `prefix_rollups`: daily rows for the whole
+        days of the range, hourly rows for the whole hours at its ends, minute rows
+        for its ragged edges (a month reads 30 rows per prefix and replica)."""
+        segments = plan(self.from_us, self.to_us, 86_400, PREFIX_GRAINS_S)
+        return [(s.grain_s, s.from_us, s.to_us) for s in segments]
 
 
 def _where(table: Any, scope: Scope, grain_s: int, from_us: int, to_us: int) -> Any:
@@ -59,33 +70,19 @@ def _where(table: Any, scope: Scope, grain_s: int, from_us: int, to_us: int) -> 
 
 
 def series_keys(session: Session) -> list[tuple[str, str]]:
-    """Every (service, model) with data, for the filter menus (hourly rows: 60x
-    fewer to scan, and every minute row has its hour row)."""
-    query = (
-        select(ROLLUPS.c.service, ROLLUPS.c.model)
-        .where(ROLLUPS.c.grain_s == 3600)
-        .distinct()
-        .order_by(ROLLUPS.c.service, ROLLUPS.c.model)
-    )
-    return [(s, m) for s, m in session.execute(query).all()]
+    """Every (service, model) with data, for the filter menus (daily chart rows: one
+    per (service, model) and day; every minute of data is in its day's row)."""
+    return sorted(chart_queries.scope_values(session, 0, "", "", 86_400))
 
 
 def newest_bucket(session: Session, services: Sequence[str], model: str | None) -> int | None:
-    """The start of the newest minute bucket with data of the services (and model):
-    the newest hour row first, then the minute rows of that hour only."""
+    """The start of the newest minute bucket with data of the services (the selected
+    one or all, see `Scope.chart_key`) and model: one index seek."""
     if not services:
         return None
-    c = ROLLUPS.c
-    conditions: list[Any] = [c.service.in_(list(services))]
-    if model is not None:
-        conditions.append(c.model == model)
-    hour = session.scalar(select(func.max(c.bucket_us)).where(c.grain_s == 3600, *conditions))
-    if hour is None:
-        return None
-    newest = session.scalar(
-        select(func.max(c.bucket_us)).where(c.grain_s == 60, c.bucket_us >= hour, *conditions)
-    )
-    return int(newest if newest is not None else hour)
+    service = services[0] if len(services) == 1 else None
+    newest = chart_queries.newest_minute(session, *chart.scope_key(service, model))
+    return int(newest) if newest is not None else None
 
 
 TOTAL_COLUMNS = (
@@ -103,16 +100,11 @@ TOTAL_COLUMNS = (
 def range_totals(session: Session, scope: Scope) -> dict[str, int]:
     """Sums over the range, computed by the database (no rows come back): the
     headline needs only these, for the range and the one before it."""
-    totals = dict.fromkeys(TOTAL_COLUMNS, 0)
     if not scope.services:
-        return totals
-    columns = [func.coalesce(func.sum(ROLLUPS.c[name]), 0) for name in TOTAL_COLUMNS]
-    for grain, from_us, to_us in scope.segments():
-        where = _where(ROLLUPS, scope, grain, from_us, to_us)
-        row = session.execute(select(*columns).where(where)).one()
-        for name, value in zip(TOTAL_COLUMNS, row, strict=True):
-            totals[name] += int(value)
-    return totals
+        return dict.fromkeys(TOTAL_COLUMNS, 0)
+    return chart_queries.sum_series_rows(
+        session, *scope.chart_key(), scope.chart_segments(), TOTAL_COLUMNS
+    )
 
 
 def top_prefixes(session: Session, scope: Scope, limit: int) -> list[dict[str, Any]]:
@@ -218,15 +210,12 @@ def regressions_in_range(
 
 def busiest_model(session: Session, scope: Scope) -> str | None:
     """The model with the most prompt tokens in the range."""
-    tokens: dict[str, int] = {}
-    for grain, from_us, to_us in scope.segments():
-        query = (
-            select(ROLLUPS.c.model, func.sum(ROLLUPS.c.prompt_tokens))
-            .where(_where(ROLLUPS, scope, grain, from_us, to_us))
-            .group_by(ROLLUPS.c.model)
-        )
-        for model, n in session.execute(query).all():
-            tokens[model] = tokens.get(model, 0) + int(n or 0)
+    if not scope.services:
+        return None
+    service = scope.services[0] if len(scope.services) == 1 else None
+    tokens = chart_queries.sum_by_model(session, service, scope.chart_segments())
+    if scope.model is not None:
+        tokens = {m: n for m, n in tokens.items() if m == scope.model}
     if not tokens:
         return None
     return min(tokens, key=lambda m: (-tokens[m], m))

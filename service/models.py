@@ -199,12 +199,15 @@ class Rollup(Base):
     __table_args__ = (
         UniqueConstraint("grain_s", "model", "bucket_us", "service", "deploy", "replica"),
         Index("ix_rollups_grain_service_bucket", "grain_s", "service", "bucket_us"),
+        # The tail the analytics pass merges and the chart rollups are derived from.
+        Index("ix_rollups_grain_bucket", "grain_s", "bucket_us"),
     )
 
 
 class PrefixRollup(Base):
     """Sums per bucket and leading prefix (first block key): distinct prefixes per
-    bucket (unique_prefix_ratio) and the top prefixes by tokens."""
+    bucket (unique_prefix_ratio) and the top prefixes by tokens. `grain_s` is 60,
+    3600 or 86400 (daily rows: the dashboard's top prefixes over a month)."""
 
     __tablename__ = "prefix_rollups"
 
@@ -225,6 +228,69 @@ class PrefixRollup(Base):
     __table_args__ = (
         UniqueConstraint("grain_s", "model", "bucket_us", "service", "first_key", "replica"),
         Index("ix_prefix_rollups_grain_service_bucket", "grain_s", "service", "bucket_us"),
+        Index("ix_prefix_rollups_grain_bucket", "grain_s", "bucket_us"),
+    )
+
+
+class ChartRollup(Base):
+    """What a chart or `/v1/metrics` bucket needs, per time bucket and filter scope:
+    the read path's table (the `rollups` rows, summed over deploy and replica).
+
+    Derived from `rollups` and `prefix_rollups` by the analytics pass (never from
+    records), at `grain_s` 60, 300, 3600 and 86400, so a month at any bucket reads
+    about one row per bucket. `level` says which filter the row answers: 0 one
+    (service, model), 1 one service (model ''), 2 one model (service ''), 3 all
+    ('', ''). The values that do not add up across buckets keep their sets, which
+    merge exactly by union: `replicas` (JSON array of the non-empty replica names)
+    and `first_keys` (sorted int64 leading-prefix keys, little-endian)."""
+
+    __tablename__ = "chart_rollups"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    grain_s: Mapped[int] = mapped_column(Integer)
+    level: Mapped[int] = mapped_column(Integer)
+    service: Mapped[str] = mapped_column(String(100))
+    model: Mapped[str] = mapped_column(String(200))
+    bucket_us: Mapped[int] = mapped_column(BigInteger)
+    requests: Mapped[int] = _count()
+    prompt_tokens: Mapped[int] = _count()
+    cached_tokens: Mapped[int] = _count()
+    fp_requests: Mapped[int] = _count()
+    fp_prompt_tokens: Mapped[int] = _count()
+    fp_cached_tokens: Mapped[int] = _count()
+    cacheable_tokens: Mapped[int] = _count()
+    rewarm_tokens: Mapped[int] = _count()
+    rewarms_concurrent: Mapped[int] = _count()
+    rewarms_routing: Mapped[int] = _count()
+    rewarms_eviction: Mapped[int] = _count()
+    rewarms_unknown: Mapped[int] = _count()
+    rewarm_tokens_concurrent: Mapped[int] = _count()
+    rewarm_tokens_routing: Mapped[int] = _count()
+    rewarm_tokens_eviction: Mapped[int] = _count()
+    rewarm_tokens_unknown: Mapped[int] = _count()
+    session_requests: Mapped[int] = _count()
+    history_rewrites: Mapped[int] = _count()
+    opening_fp_prompt_tokens: Mapped[int] = _count()
+    opening_cacheable_tokens: Mapped[int] = _count()
+    hits: Mapped[int] = _count()
+    misses: Mapped[int] = _count()
+    ttft_hit: Mapped[bytes | None] = mapped_column(LargeBinary)
+    ttft_miss: Mapped[bytes | None] = mapped_column(LargeBinary)
+    replicas: Mapped[str | None] = mapped_column(Text)
+    first_keys: Mapped[bytes | None] = mapped_column(LargeBinary)
+    # The row's own values of the above, read when a bucket is one row.
+    ttft_hit_p50: Mapped[float | None] = mapped_column(Float)
+    ttft_hit_p95: Mapped[float | None] = mapped_column(Float)
+    ttft_miss_p50: Mapped[float | None] = mapped_column(Float)
+    ttft_miss_p95: Mapped[float | None] = mapped_column(Float)
+    replica_count: Mapped[int] = _count()
+    prefix_count: Mapped[int] = _count()
+
+    __table_args__ = (
+        # Also the read index: every read is one range of bucket_us under one key.
+        UniqueConstraint("grain_s", "level", "service", "model", "bucket_us"),
+        # What the analytics pass deletes and rebuilds: every row from a bucket on.
+        Index("ix_chart_rollups_grain_bucket", "grain_s", "bucket_us"),
     )
 
 

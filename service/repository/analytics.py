@@ -15,7 +15,7 @@ from service.models import (
     PrefixRollup,
     Rollup,
 )
-from service.repository.locks import wait_for_ingest
+from service.repository.locks import ingest_quiesced
 from service.repository.usage import USAGE_TABLE
 
 # --- analytics ---------------------------------------------------------------
@@ -238,6 +238,7 @@ def max_usage_id(session: Session) -> int:
 
     On PostgreSQL, ids are taken at insert and a lower id may commit after a higher
     one; ingestion holds a shared advisory lock for its transaction, so taking the
-    exclusive one here waits out every in-flight insert before reading the max."""
-    wait_for_ingest(session)
-    return int(session.scalar(select(func.coalesce(func.max(USAGE_TABLE.c.id), 0))) or 0)
+    exclusive one here waits out every in-flight insert before reading the max
+    (and releases it right after, see `ingest_quiesced`)."""
+    with ingest_quiesced(session):
+        return int(session.scalar(select(func.coalesce(func.max(USAGE_TABLE.c.id), 0))) or 0)

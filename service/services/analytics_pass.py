@@ -8,7 +8,9 @@ already exist, and those are merged).
 Late records (a `ts` before the watermark, e.g. one shipper lagging behind
 another): results from the hour of the earliest late record on are rebuilt. The
 records from W before that hour are reloaded, the state is rewound, and every
-rollup from that hour on is replaced (see `service.analytics.state`). Exact, at the
+rollup from that hour on is replaced (see `service.analytics.state`). Either way
+the chart rollups are then rebuilt from the first changed minute on
+(`service.services.chart_rollups`). Exact, at the
 cost of reloading about one hour plus W of traffic for that pass."""
 
 import time
@@ -19,13 +21,18 @@ from sqlalchemy.orm import Session
 
 from service import repository
 from service.analytics.requests import compute_request_metrics
-from service.analytics.state import RecomputePlan, ReuseState
+from service.analytics.state import UNBOUNDED_US, RecomputePlan, ReuseState
+from service.repository import retention as retention_queries
 from service.rollups import aggregate
+from service.services import chart_rollups
 from service.settings import Settings
 
 CURSOR = "usage"
 STATE = "reuse"
 GRAINS_S = (60, 3600)
+#: Prefix rollups also per day: the dashboard's top prefixes over a month read 30
+#: rows per prefix and replica instead of 720.
+PREFIX_GRAINS_S = (60, 3600, 86_400)
 _HOUR_US = 3600 * 1_000_000
 
 
@@ -38,6 +45,7 @@ class PassReport:
 def catch_up(session: Session, settings: Settings) -> PassReport:
     """Bring the rollups up to every committed record. Idempotent; one at a time."""
     repository.take_analytics_lock(session)
+    chart_rollups.ensure_built(session)
     high = repository.max_usage_id(session)
     low = repository.get_cursor(session, CURSOR)
     if high <= low:
@@ -46,10 +54,15 @@ def catch_up(session: Session, settings: Settings) -> PassReport:
     state = ReuseState.from_bytes(blob) if blob else None
     batch = repository.load_usage_frame(session, after_id=low, up_to_id=high)
     window_s = settings.reuse_window_s
+    exact_from = _exact_from(session, round(window_s * 1_000_000))
+    if exact_from:
+        # Retention deleted history before this: older late records are stored but
+        # not counted (rebuilding their hour would drop what the deleted ones added).
+        batch = batch.filter(pl.col("ts_us") >= exact_from)
     recompute_from: int | None
     if state is not None and state.window_us != round(window_s * 1_000_000):
-        # W changed: everything is recomputed under the new window.
-        state, recompute_from = None, 0
+        # W changed: everything still on record is recomputed under the new window.
+        state, recompute_from = None, exact_from
     else:
         recompute_from = _late_from(state, batch)
 
@@ -57,7 +70,7 @@ def catch_up(session: Session, settings: Settings) -> PassReport:
         results, state = compute_request_metrics(batch, window_s, state)
         _add_to_rollups(session, batch, results)
     else:
-        assert state is not None or recompute_from == 0
+        assert state is not None or recompute_from == exact_from
         state = _recompute(session, state, recompute_from, high, window_s)
 
     assert state is not None
@@ -65,6 +78,17 @@ def catch_up(session: Session, settings: Settings) -> PassReport:
     repository.put_state(session, STATE, watermark_ts, state.to_bytes())
     repository.set_cursor(session, CURSOR, high, time.time_ns() // 1000)
     return PassReport(batch.height, recompute_from)
+
+
+def _exact_from(session: Session, window_us: int) -> int:
+    """The first hour whose results can still be rebuilt exactly: every record from
+    W before it is on record (retention deletes only before its horizon)."""
+    horizon = retention_queries.get_horizon(session)
+    if horizon is None:
+        return 0
+    if window_us >= UNBOUNDED_US:  # W made unbounded after retention ran: best effort
+        window_us = 0
+    return -(-(horizon + window_us) // _HOUR_US) * _HOUR_US
 
 
 def _late_from(state: ReuseState | None, batch: pl.DataFrame) -> int | None:
@@ -111,11 +135,19 @@ def _recompute(
         frame = pl.concat([seed_rows, frame]).unique("id", keep="first")
     results, new_state = compute_request_metrics(frame, window_s, plan_state)
     repository.delete_rollups_from(session, from_us)
-    _add_to_rollups(session, frame, results.filter(pl.col("ts_us") >= from_us))
+    # The daily prefix rows are merged into like the others, so the one holding
+    # from_us restarts from its hours before from_us.
+    chart_rollups.rebuild_prefix_days(session, from_us)
+    _add_to_rollups(session, frame, results.filter(pl.col("ts_us") >= from_us), recompute=True)
+    chart_rollups.rebuild_from(session, from_us)
     return new_state
 
 
-def _add_to_rollups(session: Session, records: pl.DataFrame, results: pl.DataFrame) -> None:
+def _add_to_rollups(
+    session: Session, records: pl.DataFrame, results: pl.DataFrame, recompute: bool = False
+) -> None:
+    """Adds the results into the rollups (merging the tail buckets) and, for a
+    forward pass, rebuilds the chart rollups from its first minute on."""
     if results.is_empty():
         return
     joined = (
@@ -147,6 +179,11 @@ def _add_to_rollups(session: Session, records: pl.DataFrame, results: pl.DataFra
             how="diagonal_relaxed",
         )
         repository.insert_rollups(session, repository.ROLLUP_TABLE, aggregate.finish(sums, counts))
+    for grain in PREFIX_GRAINS_S:
+        grain_us = grain * 1_000_000
+        start = (first_bucket_us // grain_us) * grain_us
         existing_prefix = repository.take_rollups(session, repository.PREFIX_TABLE, grain, start)
         prefix = aggregate.merge_prefix([aggregate.prefix_sums(joined, grain), existing_prefix])
         repository.insert_rollups(session, repository.PREFIX_TABLE, prefix)
+    if not recompute:  # a recompute rebuilds the chart rows from its own start
+        chart_rollups.rebuild_from(session, (first_bucket_us // 60_000_000) * 60_000_000)

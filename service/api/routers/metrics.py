@@ -1,14 +1,17 @@
 import re
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, HTTPException, Query
+from fastapi.responses import Response
 
 from service.api.deps import ReadAuth, SessionDep, SettingsDep
 from service.api.params import TimeParam, parse_time_param
+from service.api.schemas import READ_ERRORS, CapacityOut, ErrorAnswer
 from service.services import analytics_pass, capacity
-from service.services.metrics import DAY_S, MINUTE_S, MetricsQuery, metrics
+from service.services.metrics import DAY_S, MINUTE_S, MetricsQuery, TooManyBuckets, metrics
 
-router = APIRouter(tags=["analytics"])
+router = APIRouter(tags=["analytics"], responses=READ_ERRORS)
 
 _DURATION = re.compile(r"^(\d{1,6})\s*(s|m|min|h|d)?$")
 _UNIT_S = {None: 1, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86_400}
@@ -29,7 +32,11 @@ def parse_bucket(value: str | None, default_s: int) -> int:
     return seconds
 
 
-@router.get("/v1/metrics", dependencies=[ReadAuth])
+@router.get(
+    "/v1/metrics",
+    dependencies=[ReadAuth],
+    responses={400: {"model": ErrorAnswer, "description": "More buckets than MAX_BUCKETS"}},
+)
 def get_metrics(
     session: SessionDep,
     settings: SettingsDep,
@@ -38,9 +45,10 @@ def get_metrics(
     from_: TimeParam = None,
     to: Annotated[str | None, Query(max_length=64)] = None,
     bucket: Annotated[str | None, Query(max_length=20)] = None,
-) -> dict[str, Any]:
+) -> Response:
     """Hit rate, cacheable fraction, rewarms and TTFT per bucket and in total,
-    including every record committed before the query."""
+    including every record committed before the query. 400 when the range holds
+    data in more than `MAX_BUCKETS` buckets (docs/metrics.md)."""
     analytics_pass.catch_up(session, settings)
     query = MetricsQuery(
         service=service or None,
@@ -49,10 +57,16 @@ def get_metrics(
         to_us=parse_time_param("to", to),
         bucket_s=parse_bucket(bucket, default_s=max(MINUTE_S, settings.detect_bucket_s)),
     )
-    return metrics(session, query)
+    try:
+        answer = metrics(session, query)
+    except TooManyBuckets as exc:
+        raise HTTPException(400, str(exc)) from None
+    # Serialized here: thousands of buckets through the generic encoder cost more
+    # than computing them.
+    return Response(orjson.dumps(answer), media_type="application/json")
 
 
-@router.get("/v1/capacity", dependencies=[ReadAuth])
+@router.get("/v1/capacity", dependencies=[ReadAuth], response_model=CapacityOut)
 def get_capacity(
     session: SessionDep,
     model: Annotated[str | None, Query(max_length=200)] = None,

@@ -1,0 +1,75 @@
+"""Keeping the chart rollups (`service.rollups.chart`) equal to the `rollups` they
+summarize.
+
+They are derived from the stored minute `rollups` and `prefix_rollups`, never from
+records, so whatever rewrote those (a forward pass merging its tail buckets, a
+recompute after late records replacing everything from an hour on) is followed the
+same way: every chart row from the first changed minute on is deleted and rebuilt,
+grain after grain (1 min from the minute rows, 5 min from 1 min, 1 h from 5 min,
+1 day from 1 h). A coarse bucket straddling that minute is rebuilt whole from its
+finer rows, the older of which were left untouched. Work is done a day at a time,
+so a full rebuild (the first pass after the migration) holds one day in memory."""
+
+from sqlalchemy.orm import Session
+
+from service import repository
+from service.repository import series as queries
+from service.rollups import chart
+
+MARKER = "chart_rollups"
+#: Bumped when the chart rows' content changes: the next pass rebuilds them all.
+VERSION = 1
+_DAY_US = 86_400 * 1_000_000
+
+
+def ensure_built(session: Session) -> bool:
+    """Build every chart row once (after the migration, or when VERSION changed).
+    Returns whether it did."""
+    if repository.get_cursor(session, MARKER) == VERSION:
+        return False
+    rebuild_from(session, None)
+    rebuild_prefix_days(session, None)
+    repository.set_cursor(session, MARKER, VERSION, 0)
+    return True
+
+
+def rebuild_prefix_days(session: Session, from_us: int | None) -> None:
+    """Daily `prefix_rollups` rows from the day holding `from_us` on, from the hourly
+    ones (None: all). The analytics pass merges new results into daily rows like
+    into the others; after a recompute deleted everything from an hour on, this
+    restarts the day holding that hour from its earlier hours."""
+    queries.rebuild_prefix_days(session, from_us)
+
+
+def rebuild_from(session: Session, from_us: int | None) -> None:
+    """Replace every chart row from the bucket holding `from_us` on (None: all)."""
+    for grain, _ in chart.CHAIN:
+        start = None if from_us is None else (from_us // (grain * 1_000_000)) * grain * 1_000_000
+        queries.delete_chart_from(session, grain, start)
+    extent = queries.rollup_bucket_range(session, from_us)
+    days: list[int] = []
+    if from_us is not None:
+        # Even without minute rows from `from_us` on, the coarse buckets holding it
+        # were deleted above and are rebuilt from their older finer rows.
+        days.append((from_us // _DAY_US) * _DAY_US)
+    if extent is not None:
+        days += range((extent[0] // _DAY_US) * _DAY_US, extent[1] + 1, _DAY_US)
+    for day in sorted(set(days)):
+        _rebuild_day(session, day, day if from_us is None else max(from_us, day))
+
+
+def _rebuild_day(session: Session, day_us: int, from_us: int) -> None:
+    """Chart rows of one day from `from_us` on, finest grain first."""
+    end = day_us + _DAY_US
+    for grain, source in chart.CHAIN:
+        grain_us = grain * 1_000_000
+        start = (from_us // grain_us) * grain_us
+        if source == 0:
+            rows = chart.from_rollups(
+                queries.load_rollups_for_chart(session, start, end),
+                queries.load_prefix_keys_for_chart(session, start, end),
+                grain,
+            )
+        else:
+            rows = chart.coarsen(queries.load_chart(session, source, start, end), grain)
+        queries.insert_chart(session, rows)

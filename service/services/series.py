@@ -1,0 +1,368 @@
+"""The one series path: `/v1/metrics` buckets and totals, and the dashboard's time
+series, read from the chart rollups (`service.rollups.chart`).
+
+Why: a request must cost about one row per bucket it returns, whatever the range.
+The minutes asked for are split into runs of the coarsest stored grain that fits
+(a grain dividing the bucket, so no row straddles two buckets: days in the middle
+of a month, hours and 5-minute rows towards the ends, minutes only at ragged
+edges), read with one indexed statement, and merged per bucket with vectorized
+Polars/NumPy: sums add, TTFT histograms add bin by bin, replicas and leading
+prefixes are counted over the union of their sets. When the bucket is a stored
+grain (1 min, 5 min, 1 h, 1 day, the usual case) each bucket is one row, whose
+stored percentiles and counts are read as they are; only the totals merge, from
+the coarsest rows of the range. The result is exactly what summing every
+per-(service, model, deploy, replica) minute row would give.
+
+What is included: the minute buckets starting in [from, to) (a minute is whole or
+absent), re-bucketed to `bucket_s` buckets aligned to the epoch; no bound means
+all data."""
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+from sqlalchemy.orm import Session
+
+from service.repository import series as queries
+from service.repository.series import Segment
+from service.rollups import chart, histogram
+from service.rollups.aggregate import CAUSES, SUM_COLUMNS
+
+MINUTE_US = 60 * 1_000_000
+Percentiles = dict[str, float | None]
+#: Buckets a request may span over its data: every minute of a week, every 5
+#: minutes of a month, every hour of 14 months. Beyond it the answer is refused
+#: (400) rather than slow: the cost is about one row and one output object per
+#: bucket (a 5-minute month, 8,640 buckets, is about 130 ms of CPU here).
+MAX_BUCKETS = 10_080
+
+
+class TooManyBuckets(ValueError):
+    """The range holds data in more buckets than MAX_BUCKETS."""
+
+
+@dataclass(frozen=True)
+class SeriesQuery:
+    service: str | None
+    model: str | None
+    from_us: int | None
+    to_us: int | None
+    bucket_s: int
+
+
+@dataclass(frozen=True)
+class SeriesAnswer:
+    buckets: list[dict[str, Any]]
+    totals: dict[str, Any]
+    #: The chart grains read (coarsest first), for benches and logs.
+    grains_s: tuple[int, ...]
+    rows: int
+
+
+def plan(
+    from_us: int, to_us: int, bucket_s: int, grains_s: tuple[int, ...] = chart.GRAINS_S
+) -> list[Segment]:
+    """[from_us, to_us) (minute-aligned) as runs of the coarsest of `grains_s`
+    (which include 60) dividing the bucket: at most two runs per grain."""
+    grains = [g for g in sorted(grains_s, reverse=True) if bucket_s % g == 0]
+    segments: list[Segment] = []
+
+    def split(lo: int, hi: int, i: int) -> None:
+        if lo >= hi:
+            return
+        if i == len(grains) - 1:  # minutes: lo and hi are minute-aligned
+            segments.append(Segment(grains[i], lo, hi))
+            return
+        grain_us = grains[i] * 1_000_000
+        start, end = -(-lo // grain_us) * grain_us, (hi // grain_us) * grain_us
+        if start >= end:
+            split(lo, hi, i + 1)
+            return
+        split(lo, start, i + 1)
+        segments.append(Segment(grains[i], start, end))
+        split(end, hi, i + 1)
+
+    split(from_us, to_us, 0)
+    return sorted(segments, key=lambda s: s.from_us)
+
+
+def _ceil_minute(ts_us: int) -> int:
+    return -(-ts_us // MINUTE_US) * MINUTE_US
+
+
+def series(session: Session, query: SeriesQuery) -> SeriesAnswer:
+    """Buckets (ascending, only those with data) and totals over the range."""
+    level, service, model = chart.scope_key(query.service, query.model)
+    low = None if query.from_us is None else _ceil_minute(query.from_us)
+    high = None if query.to_us is None else _ceil_minute(query.to_us)
+    extent = queries.chart_extent(session, level, service, model, low, high)
+    if extent is None:
+        return SeriesAnswer([], metric_values(dict.fromkeys(SUM_COLUMNS, 0), 0, 0, {}), (), 0)
+    bucket_us = query.bucket_s * 1_000_000
+    spanned = extent[1] // bucket_us - extent[0] // bucket_us + 1
+    if spanned > MAX_BUCKETS:
+        raise TooManyBuckets(
+            f"`bucket`: {query.bucket_s} s buckets over this range make {spanned:,} buckets "
+            f"with data; at most {MAX_BUCKETS:,} per request: ask a larger bucket or a "
+            "shorter range"
+        )
+    # No data outside the extent: widen to whole days within the bounds, so the
+    # middle of the range is read from the coarsest rows.
+    day_us = 86_400 * 1_000_000
+    lo = (extent[0] // day_us) * day_us
+    hi = -(-(extent[1] + MINUTE_US) // day_us) * day_us
+    lo, hi = max(lo, low) if low is not None else lo, min(hi, high) if high is not None else hi
+    segments = plan(lo, hi, query.bucket_s)
+    grains = tuple(sorted({s.grain_s for s in segments}, reverse=True))
+    scope = (session, level, service, model)
+    if grains != (query.bucket_s,):
+        rows = queries.fetch_series_rows(*scope, segments)
+        with _no_gc():
+            buckets, totals = summarize(rows, bucket_us), _totals(rows)
+        return SeriesAnswer(buckets, totals, grains, rows.height)
+    # Each bucket is one stored row: its own percentiles and counts are read, and
+    # only the totals merge histograms and sets, of the coarsest rows of the range.
+    rows = queries.fetch_series_rows(*scope, segments, queries.ROW_COLUMNS)
+    coarse = queries.fetch_series_rows(*scope, plan(lo, hi, 86_400))
+    with _no_gc():
+        buckets, totals = single_row_buckets(rows), _totals(coarse)
+    return SeriesAnswer(buckets, totals, grains, rows.height + coarse.height)
+
+
+def summarize(rows: pl.DataFrame, bucket_us: int) -> list[dict[str, Any]]:
+    """Chart rows (SERIES_COLUMNS) merged into `bucket_us` buckets. Columnar
+    (ratios, times and percentiles for all buckets at once): a month of 5-minute
+    buckets is 8,640 answers, and a Python step per value would cost more than
+    reading the rows."""
+    if rows.is_empty():
+        return []
+    rows = rows.with_columns((pl.col("bucket_us") // bucket_us * bucket_us).alias("out"))
+    sums = rows.group_by("out").agg(pl.col(SUM_COLUMNS).sum()).sort("out")
+    outs = sums["out"].to_numpy()
+    n = len(outs)
+    group = np.searchsorted(outs, rows["out"].to_numpy()).astype(np.int64)
+    ttft = {o: _percentiles(rows[f"ttft_{o}"], group, n) for o in ("hit", "miss")}
+    columns = _bucket_columns(
+        sums.with_columns(
+            pl.Series("replicas", _distinct_replicas(rows["replicas"], group, n)),
+            pl.Series("distinct_prefixes", _distinct_keys(rows["first_keys"], group, n)),
+        )
+    )
+    return [
+        _bucket(values, ttft["hit"][i], ttft["miss"][i])
+        for i, values in enumerate(zip(*columns.values(), strict=True))
+    ]
+
+
+def single_row_buckets(rows: pl.DataFrame) -> list[dict[str, Any]]:
+    """Chart rows (ROW_COLUMNS), one per bucket, as buckets."""
+    rows = rows.sort("bucket_us")
+    columns = _bucket_columns(
+        rows.rename(
+            {"bucket_us": "out", "replica_count": "replicas", "prefix_count": "distinct_prefixes"}
+        )
+    )
+    ttft = {
+        o: [
+            {"p50": p50, "p95": p95} if p50 is not None else None
+            for p50, p95 in zip(
+                rows[f"ttft_{o}_p50"].to_list(), rows[f"ttft_{o}_p95"].to_list(), strict=True
+            )
+        ]
+        for o in ("hit", "miss")
+    }
+    return [
+        _bucket(values, ttft["hit"][i], ttft["miss"][i])
+        for i, values in enumerate(zip(*columns.values(), strict=True))
+    ]
+
+
+def _totals(rows: pl.DataFrame) -> dict[str, Any]:
+    """The totals over chart rows (SERIES_COLUMNS): sums, histograms merged, sets
+    united."""
+    sums = {name: int(rows[name].sum()) for name in SUM_COLUMNS}
+    if rows.is_empty():
+        return metric_values(sums, 0, 0, {})
+    one = np.zeros(rows.height, np.int64)
+    ttft = {o: _percentiles(rows[f"ttft_{o}"], one, 1)[0] for o in ("hit", "miss")}
+    names = rows["replicas"].str.json_decode(pl.List(pl.Utf8)).explode().drop_nulls()
+    keys, _ = chart.decode_keys(rows["first_keys"])
+    present = {o: v for o, v in ttft.items() if v}
+    return metric_values(sums, names.n_unique(), len(np.unique(keys)), present)
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Tens of thousands of small dicts made at once trigger the cyclic garbage
+    collector again and again, each time walking every object made so far (it
+    tripled the time of a month of 5-minute buckets); they hold no cycles."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _ratio_expr(numerator: str, denominator: str) -> pl.Expr:
+    """As `_ratio`: IEEE division of the two sums (exact integers below 2**53, as
+    Python's int / int), None when the denominator is 0."""
+    den = pl.col(denominator)
+    return pl.when(den != 0).then(pl.col(numerator) / den).otherwise(None)
+
+
+_BUCKET_FIELDS = (
+    "ts",
+    "requests",
+    "prompt_tokens",
+    "cached_tokens",
+    "hit_rate",
+    "fp_requests",
+    "fp_prompt_tokens",
+    "cacheable_tokens",
+    "cacheable_fraction",
+    "capture_ratio",
+    "rewarms_total",
+    *[f"rewarms_{c}" for c in CAUSES],
+    "rewarm_tokens",
+    *[f"rewarm_tokens_{c}" for c in CAUSES],
+    "rewarm_share",
+    "history_rewrites",
+    "session_requests",
+    "unique_prefix_ratio",
+    "hits",
+    "misses",
+    "replicas",
+)
+
+
+def _bucket_columns(sums: pl.DataFrame) -> dict[str, list[Any]]:
+    frame = sums.with_columns(
+        pl.from_epoch("out", "us").dt.strftime("%Y-%m-%dT%H:%M:%SZ").alias("ts"),
+        _ratio_expr("cached_tokens", "prompt_tokens").alias("hit_rate"),
+        _ratio_expr("cacheable_tokens", "fp_prompt_tokens").alias("cacheable_fraction"),
+        _ratio_expr("fp_cached_tokens", "cacheable_tokens").alias("capture_ratio"),
+        _ratio_expr("rewarm_tokens", "prompt_tokens").alias("rewarm_share"),
+        _ratio_expr("distinct_prefixes", "fp_requests").alias("unique_prefix_ratio"),
+        pl.sum_horizontal(*[f"rewarms_{c}" for c in CAUSES]).alias("rewarms_total"),
+    )
+    return {name: frame[name].to_list() for name in _BUCKET_FIELDS}
+
+
+_EMPTY: Percentiles = {"p50": None, "p95": None}
+
+
+def _bucket(
+    v: tuple[Any, ...], hit: "Percentiles | None", miss: "Percentiles | None"
+) -> dict[str, Any]:
+    """One bucket from a row of `_bucket_columns` (in `_BUCKET_FIELDS` order), in
+    the shape of `metric_values`."""
+    return {
+        "ts": v[0],
+        "requests": v[1],
+        "prompt_tokens": v[2],
+        "cached_tokens": v[3],
+        "hit_rate": v[4],
+        "fingerprinted_requests": v[5],
+        "fingerprinted_prompt_tokens": v[6],
+        "cacheable_tokens": v[7],
+        "cacheable_fraction": v[8],
+        "capture_ratio": v[9],
+        "rewarms": {
+            "total": v[10],
+            "concurrent": v[11],
+            "routing": v[12],
+            "eviction": v[13],
+            "unknown": v[14],
+        },
+        "rewarm_tokens": v[15],
+        "rewarm_tokens_by_cause": {
+            "concurrent": v[16],
+            "routing": v[17],
+            "eviction": v[18],
+            "unknown": v[19],
+        },
+        "rewarm_share": v[20],
+        "history_rewrites": v[21],
+        "session_requests": v[22],
+        "unique_prefix_ratio": v[23],
+        "hits": v[24],
+        "misses": v[25],
+        "ttft_ms": {"hit": hit or dict(_EMPTY), "miss": miss or dict(_EMPTY)},
+        "replicas": v[26],
+    }
+
+
+def _percentiles(blobs: pl.Series, group: np.ndarray, n: int) -> list[Percentiles | None]:
+    """TTFT p50/p95 per group (None where no request had a TTFT)."""
+    lengths = (blobs.bin.size().fill_null(0) // histogram.PAIR_BYTES).to_numpy()
+    flat = b"".join(b for b in blobs.to_list() if b)
+    values, present = histogram.group_percentiles(group, lengths, flat, n)
+    return [
+        {"p50": p50, "p95": p95} if ok else None
+        for (p50, p95), ok in zip(values.tolist(), present.tolist(), strict=True)
+    ]
+
+
+def _distinct_replicas(sets: pl.Series, group: np.ndarray, n: int) -> np.ndarray:
+    """Distinct replica names per group."""
+    names = sets.str.json_decode(pl.List(pl.Utf8))
+    lengths = names.list.len().fill_null(0).to_numpy()
+    frame = pl.DataFrame(
+        {"g": np.repeat(group, lengths), "name": names.explode().drop_nulls()},
+        schema={"g": pl.Int64, "name": pl.Utf8},
+    )
+    counts = frame.group_by("g").agg(pl.col("name").n_unique())
+    per_group = np.zeros(n, np.int64)
+    per_group[counts["g"].to_numpy()] = counts["name"].to_numpy()
+    return per_group
+
+
+def _distinct_keys(sets: pl.Series, group: np.ndarray, n: int) -> np.ndarray:
+    """Distinct leading-prefix keys per group."""
+    keys, lengths = chart.decode_keys(sets)
+    frame = pl.DataFrame({"g": np.repeat(group, lengths), "key": keys})
+    counts = frame.group_by("g").agg(pl.col("key").n_unique())
+    per_group = np.zeros(n, np.int64)
+    per_group[counts["g"].to_numpy()] = counts["key"].to_numpy()
+    return per_group
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+def metric_values(
+    sums: dict[str, Any], replicas: int, distinct_prefixes: int, ttft: dict[str, Any]
+) -> dict[str, Any]:
+    """One bucket (or the totals) in the contract's shape: every ratio from summed
+    numerators and denominators, never an average of ratios."""
+    rewarms = {cause: int(sums[f"rewarms_{cause}"]) for cause in CAUSES}
+    empty = {"p50": None, "p95": None}
+    return {
+        "requests": sums["requests"],
+        "prompt_tokens": sums["prompt_tokens"],
+        "cached_tokens": sums["cached_tokens"],
+        "hit_rate": _ratio(sums["cached_tokens"], sums["prompt_tokens"]),
+        "fingerprinted_requests": sums["fp_requests"],
+        "fingerprinted_prompt_tokens": sums["fp_prompt_tokens"],
+        "cacheable_tokens": sums["cacheable_tokens"],
+        "cacheable_fraction": _ratio(sums["cacheable_tokens"], sums["fp_prompt_tokens"]),
+        "capture_ratio": _ratio(sums["fp_cached_tokens"], sums["cacheable_tokens"]),
+        "rewarms": {"total": sum(rewarms.values()), **rewarms},
+        "rewarm_tokens": sums["rewarm_tokens"],
+        "rewarm_tokens_by_cause": {c: int(sums[f"rewarm_tokens_{c}"]) for c in CAUSES},
+        "rewarm_share": _ratio(sums["rewarm_tokens"], sums["prompt_tokens"]),
+        "history_rewrites": sums["history_rewrites"],
+        "session_requests": sums["session_requests"],
+        "unique_prefix_ratio": _ratio(distinct_prefixes, sums["fp_requests"]),
+        "hits": sums["hits"],
+        "misses": sums["misses"],
+        "ttft_ms": {"hit": ttft.get("hit", empty), "miss": ttft.get("miss", empty)},
+        "replicas": replicas,
+    }
