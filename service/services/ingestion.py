@@ -35,7 +35,10 @@ def ingest_usage(
     content_encoding: str | None,
     max_decompressed_bytes: int,
     received_us: int,
+    endpoint: str = USAGE_ENDPOINT,
 ) -> IngestOutcome:
+    """`endpoint` labels the rejected records (OTLP's mapped records pass through here
+    too, and a user reading /v1/rejected should see where they came from)."""
     try:
         data = decompress(body, content_encoding, max_decompressed_bytes)
         # The common body, every line a valid record: decoded and stored in bulk.
@@ -46,7 +49,7 @@ def ingest_usage(
     except UndecodableBody as exc:
         repository.add_rejected(
             session,
-            [_rejected_row(received_us, None, None, str(exc), body)],
+            [_rejected_row(endpoint, received_us, None, None, str(exc), body)],
         )
         telemetry.count_ingest(session, 0, 0, 1)
         return IngestOutcome(rejected=1, undecodable=str(exc))
@@ -61,7 +64,9 @@ def ingest_usage(
             request_id = _request_id_of(item.value)
             reason = reason or "invalid record"
             rejected_rows.append(
-                _rejected_row(received_us, item.index, request_id, reason, item.verbatim())
+                _rejected_row(
+                    endpoint, received_us, item.index, request_id, reason, item.verbatim()
+                )
             )
             if len(outcome.errors) < MAX_REPORTED_ERRORS:
                 outcome.errors.append(
@@ -128,11 +133,16 @@ def _request_id_of(value: Any) -> str | None:
 
 
 def _rejected_row(
-    received_us: int, index: int | None, request_id: str | None, reason: str, raw: bytes
+    endpoint: str,
+    received_us: int,
+    index: int | None,
+    request_id: str | None,
+    reason: str,
+    raw: bytes,
 ) -> dict[str, Any]:
     return {
         "received_us": received_us,
-        "endpoint": USAGE_ENDPOINT,
+        "endpoint": endpoint,
         "batch_index": index,
         "request_id": request_id,
         "reason": reason[:2000],

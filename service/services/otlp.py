@@ -69,6 +69,7 @@ def ingest_otlp(
         content_encoding=None,
         max_decompressed_bytes=len(batch),
         received_us=received_us,
+        endpoint=f"otlp/{signal}",
     )
     outcome.accepted = stored.accepted
     outcome.duplicates = stored.duplicates

@@ -364,6 +364,7 @@ def test_partial_success_keeps_the_rejected_spans(
     kept = rejected(session)
     assert len(kept) == 2
     assert {k.request_id for k in kept} == {"02" * 16 + "09" * 8, "r-3"}
+    assert {k.endpoint for k in kept} == {"otlp/traces"}
     raw = orjson.loads(kept[1].raw)
     assert raw["otlp"]["signal"] == "traces"
     assert raw["otlp"]["item"]["traceId"] == "03" * 16  # the span as sent, OTLP JSON
@@ -624,6 +625,7 @@ def test_log_partial_success_and_json(
     assert answer.json()["partialSuccess"]["rejectedLogRecords"] == "1"
     [kept] = rejected(session)
     assert orjson.loads(kept.raw)["otlp"]["item"]["traceId"] == "01" * 16
+    assert kept.endpoint == "otlp/logs"
     garbage = client.post(LOGS, content=b"\x08\x96", headers={**ingest_headers, **PROTOBUF})
     assert garbage.status_code == 400
     assert len(rejected(session)) == 2
