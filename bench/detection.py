@@ -58,12 +58,13 @@ def run_seed(seed: int) -> tuple[int, dict[str, object]]:
     }
 
 
-def quality(seeds: int, jobs: int) -> None:
+def quality(seeds: int, jobs: int, first: int = 0) -> None:
     from service.simulate.scoring import Score
 
     total = Score()
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for seed, row in pool.map(run_seed, range(seeds)):  # in seed order, as they finish
+        # in seed order, as they finish
+        for seed, row in pool.map(run_seed, range(first, first + seeds)):
             outcome: Score = row["score"]  # type: ignore[assignment]
             total.add(outcome)
             print(
@@ -109,11 +110,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--first", type=int, default=0, help="the first seed (to split a run)")
     parser.add_argument("--speed-only", action="store_true")
     args = parser.parse_args()
     speed()
     if not args.speed_only:
-        quality(args.seeds, args.jobs)
+        quality(args.seeds, args.jobs, args.first)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,9 @@ import math
 from datetime import UTC, datetime
 
 _US_PER_S = 1_000_000
+# 9999-12-31T23:59:59.999999Z, the last moment RFC 3339 (and Python's datetime) can
+# write; a larger number is a unit mistake, and it would overflow the 64-bit column.
+_MAX_US = 253_402_300_799_999_999
 
 
 def parse_ts(value: object) -> int:
@@ -32,9 +35,10 @@ def _epoch_number_to_us(value: float) -> int:
         factor, divisor = 1000, 1
     else:
         factor, divisor = _US_PER_S, 1
-    if isinstance(value, int):
-        return value * factor // divisor
-    return round(value * factor / divisor)
+    ts_us = value * factor // divisor if isinstance(value, int) else round(value * factor / divisor)
+    if ts_us > _MAX_US:
+        raise ValueError("ts must not be after the year 9999")
+    return ts_us
 
 
 def _rfc3339_to_us(text: str) -> int:

@@ -28,7 +28,9 @@ def test_every_ts_form(value: float | str, expected: int) -> None:
     assert parse_ts(value) == expected
 
 
-@pytest.mark.parametrize("value", [None, True, [], "not a date", "", -5, float("nan"), "2023"])
+@pytest.mark.parametrize(
+    "value", [None, True, [], "not a date", "", -5, float("nan"), "2023", 1e100, 10**30]
+)
 def test_bad_ts(value: object) -> None:
     with pytest.raises(ValueError):
         parse_ts(value)
