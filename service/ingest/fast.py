@@ -37,6 +37,7 @@ from msgspec import UNSET, Meta, UnsetType
 from service.ingest.hashing import hash_key, pack_block_hashes
 from service.ingest.records import (
     MAX_ATTRIBUTES,
+    MAX_BLOCK_SIZE,
     MAX_BLOCKS,
     MAX_MS,
     MAX_SEGMENTS,
@@ -93,7 +94,7 @@ class _Fields(msgspec.Struct, gc=False):
     session_id: Label | None = None
     cache_key: Label | None = None
     tenant: Label | None = None
-    block_size: Annotated[int, Meta(gt=0, le=_INT64_MAX)] | None = None
+    block_size: Annotated[int, Meta(gt=0, le=MAX_BLOCK_SIZE)] | None = None
     block_hashes: BlockHashes | None = None
     prefix_hash: Name200 | None = None
     prefix_tokens: Count | None = None

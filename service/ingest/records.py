@@ -29,6 +29,8 @@ def _name(max_length: int) -> Any:
 
 # Counts are stored as 64-bit integers: a larger one is refused here, not by the database.
 INT64_MAX = 2**63 - 1
+# Tokens per block: a 32-bit column (real engines use 16 to a few thousand).
+MAX_BLOCK_SIZE = 2**31 - 1
 Count = Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]
 # A TTFT or latency beyond a year is not a measurement: refused, so that one absurd
 # value cannot reach the percentiles.
@@ -64,7 +66,7 @@ class UsageRecordIn(BaseModel):
     session_id: Label | None = None
     cache_key: Label | None = None
     tenant: Label | None = None
-    block_size: Annotated[StrictInt, Field(gt=0, le=INT64_MAX)] | None = None
+    block_size: Annotated[StrictInt, Field(gt=0, le=MAX_BLOCK_SIZE)] | None = None
     block_hashes: (
         Annotated[
             list[Annotated[StrictStr, Field(max_length=200)] | StrictInt],

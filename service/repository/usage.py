@@ -143,20 +143,36 @@ _NEXT_IDS = (
 def _insert_via_staging(cursor: psycopg.Cursor[Any], values: Sequence[tuple[Any, ...]]) -> int:
     """COPY into a per-transaction staging table, then one INSERT .. SELECT .. ON
     CONFLICT DO NOTHING: its rowcount is exact (psycopg reports none for batched
-    inserts), and it waits for, then skips, rows a concurrent writer holds."""
+    inserts), and it waits for, then skips, rows a concurrent writer holds. Ids are
+    taken in body order but rows go in by request_id, the order every writer locks
+    in, so two staging inserts cannot deadlock; a deadlock with a first COPY attempt
+    is rolled back to a savepoint and tried again."""
     cursor.execute(
-        "CREATE TEMP TABLE IF NOT EXISTS usage_stage ON COMMIT DELETE ROWS AS "
-        f"SELECT 0::bigint AS ord, {_COLUMNS} FROM usage_records WITH NO DATA"
+        "CREATE TEMP TABLE IF NOT EXISTS usage_stage_v2 ON COMMIT DELETE ROWS AS "
+        f"SELECT 0::bigint AS id, {_COLUMNS} FROM usage_records WITH NO DATA"
     )
-    cursor.execute("TRUNCATE usage_stage")
-    with cursor.copy(f"COPY usage_stage (ord, {_COLUMNS}) FROM STDIN") as copy:
-        for ord_, row in enumerate(values):
-            copy.write_row((ord_, *row))
-    cursor.execute(
-        f"INSERT INTO usage_records ({_COLUMNS}) SELECT {_COLUMNS} FROM usage_stage "
-        "ORDER BY ord ON CONFLICT (request_id) DO NOTHING"
-    )
-    return cursor.rowcount
+    for attempt in range(_COPY_ATTEMPTS):
+        cursor.execute("SAVEPOINT usage_stage")
+        try:
+            cursor.execute("TRUNCATE usage_stage_v2")
+            cursor.execute(_NEXT_IDS, (len(values),))
+            ids = [next_id for (next_id,) in cursor.fetchall()]
+            with cursor.copy(f"COPY usage_stage_v2 (id, {_COLUMNS}) FROM STDIN") as copy:
+                for next_id, row in zip(ids, values, strict=True):
+                    copy.write_row((next_id, *row))
+            cursor.execute(
+                f"INSERT INTO usage_records (id, {_COLUMNS}) SELECT id, {_COLUMNS} "
+                "FROM usage_stage_v2 ORDER BY request_id ON CONFLICT (request_id) DO NOTHING"
+            )
+        except psycopg.errors.DeadlockDetected:
+            cursor.execute("ROLLBACK TO SAVEPOINT usage_stage")
+            if attempt == _COPY_ATTEMPTS - 1:
+                raise
+            continue
+        inserted = cursor.rowcount
+        cursor.execute("RELEASE SAVEPOINT usage_stage")
+        return inserted
+    raise AssertionError("unreachable")
 
 
 def add_rejected(session: Session, rows: Sequence[dict[str, Any]]) -> None:

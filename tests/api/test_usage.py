@@ -246,7 +246,7 @@ def test_counts_beyond_64_bits_are_rejected_records_not_server_errors(
             record(0, prompt_tokens=huge),
             record(1, completion_tokens=huge),
             record(2, ttft_ms=huge),
-            record(3, block_size=huge, block_hashes=[1, 2]),
+            record(3, block_size=2**40, block_hashes=[1, 2]),  # a 32-bit column
             {**{k: v for k, v in record(4).items() if k != "prompt_tokens"}, "usage": anthropic},
             record(5),
         ]
