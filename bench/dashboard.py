@@ -304,13 +304,10 @@ def build(database_url: str, days: int, per_day: int) -> dict[str, Any]:
             row["dedupe_key"] = dedupe_key(row)
             session.add(ChangeEvent(created_us=0, **row))
         records = [r for model in MODELS for r in capacity_records(days, model)]
-        repository.insert_usage_rows(
+        repository.insert_usage_values(
             session,
             [
-                {
-                    c: r.get(c)
-                    for c in repository.USAGE_COLUMNS  # the columns the insert expects
-                }
+                repository.usage_row_values({c: r.get(c) for c in repository.USAGE_COLUMNS})
                 for r in records
             ],
         )

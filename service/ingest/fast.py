@@ -27,7 +27,6 @@ Two entry points:
 
 import struct
 from collections.abc import Callable
-from operator import itemgetter
 from typing import Annotated, Any
 
 import msgspec
@@ -175,21 +174,12 @@ def _apply_usage(record: FastRecord, usage: Any) -> bool:
     return True
 
 
-def record_row(record: FastRecord, received_us: int) -> dict[str, Any] | None:
-    """`to_row(UsageRecordIn.model_validate(...))` for a decoded record, or None
-    when pydantic's cross-field checks (or anything else) would refuse it."""
-    values = _values(record, received_us, check_nul=True)
-    if values is None:
-        return None
-    # to_row's key order (tests compare rows by repr), from the column-order tuple.
-    return dict(zip(_ROW_KEYS, _TO_ROW_ORDER(values), strict=True))
-
-
 def record_values(
     record: FastRecord, received_us: int, *, check_nul: bool = True
 ) -> tuple[Any, ...] | None:
     """The row as a tuple in `VALUE_COLUMNS` order with JSON columns as JSON text,
-    what `repository.usage_row_values(record_row(...))` gives, without the dict.
+    what `repository.usage_row_values(to_row(UsageRecordIn.model_validate(...)))`
+    gives, or None when pydantic's cross-field checks (or anything else) would refuse it.
     `check_nul=False` only when the caller knows no string can hold NUL."""
     values = _values(record, received_us, check_nul=check_nul)
     if values is None or (values[_SEGMENTS] is None and values[_ATTRIBUTES] is None):
@@ -316,33 +306,6 @@ VALUE_COLUMNS = (
 )
 _SEGMENTS = VALUE_COLUMNS.index("segments")
 _ATTRIBUTES = VALUE_COLUMNS.index("attributes")
-# The keys of `to_row`, in its order: the model's fields (`ts` left out), then
-# ts_us, received_us, prefix_key.
-_ROW_KEYS = (
-    "request_id",
-    "service",
-    "model",
-    "prompt_tokens",
-    "cached_tokens",
-    "completion_tokens",
-    "ttft_ms",
-    "latency_ms",
-    "replica",
-    "deploy",
-    "session_id",
-    "cache_key",
-    "tenant",
-    "block_size",
-    "block_hashes",
-    "prefix_hash",
-    "prefix_tokens",
-    "segments",
-    "attributes",
-    "ts_us",
-    "received_us",
-    "prefix_key",
-)
-_TO_ROW_ORDER = itemgetter(*(VALUE_COLUMNS.index(key) for key in _ROW_KEYS))
 
 
 def _pack(hashes: list[str | int]) -> bytes | None:

@@ -1,6 +1,6 @@
 """Every query the service runs, one module per table family. Callers pass a session;
 nothing here commits. The common ones are re-exported so callers write
-`repository.insert_usage_rows(...)`."""
+`repository.insert_usage_values(...)`."""
 
 from service.repository.analytics import (
     PREFIX_TABLE,
@@ -44,7 +44,6 @@ from service.repository.usage import (
     USAGE_COLUMNS,
     USAGE_TABLE,
     add_rejected,
-    insert_usage_rows,
     insert_usage_values,
     list_rejected,
     usage_row_values,
@@ -75,7 +74,6 @@ __all__ = [
     "hold_ingest_lock",
     "insert_event",
     "insert_rollups",
-    "insert_usage_rows",
     "insert_usage_values",
     "list_events",
     "list_rejected",

@@ -23,15 +23,10 @@ USAGE_COLUMNS = [c.name for c in USAGE_TABLE.columns if c.name != "id"]
 _JSON_COLUMNS = {"segments", "attributes"}
 
 
-def insert_usage_rows(session: Session, rows: Sequence[dict[str, Any]]) -> int:
-    """Insert rows in order, skipping any whose request_id is already stored (also by a
-    concurrent writer). Returns how many were inserted."""
-    return insert_usage_values(session, [usage_row_values(row) for row in rows])
-
-
 def insert_usage_values(session: Session, values: Sequence[tuple[Any, ...]]) -> int:
-    """`insert_usage_rows` for rows already in `usage_row_values` form (USAGE_COLUMNS
-    order, JSON as text), with distinct request_ids. Returns how many were inserted."""
+    """Insert rows in `usage_row_values` form (USAGE_COLUMNS order, JSON as text) with
+    distinct request_ids, in order, skipping any whose request_id is already stored
+    (also by a concurrent writer). Returns how many were inserted."""
     if not values:
         return 0
     if session.get_bind().dialect.name == "postgresql":

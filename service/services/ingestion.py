@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from service import repository, telemetry
 from service.ingest.body import BodyItem, UndecodableBody, decompress, split_records
 from service.ingest.bulk import bulk_values
-from service.ingest.fast import convert_value, record_row
+from service.ingest.fast import convert_value, record_values
 from service.ingest.litellm import convert_item, is_litellm_payload
 from service.ingest.records import UsageRecordIn, format_validation_error, to_row
 
@@ -44,7 +44,7 @@ def ingest_usage(
         # The common body, every line a valid record: decoded and stored in bulk.
         bulk = bulk_values(data, received_us)
         if bulk is not None:
-            return _store_bulk(session, bulk)
+            return _store(session, bulk, IngestOutcome())
         items = split_records(data)
     except UndecodableBody as exc:
         repository.add_rejected(
@@ -55,53 +55,44 @@ def ingest_usage(
         return IngestOutcome(rejected=1, undecodable=str(exc))
 
     outcome = IngestOutcome()
-    rows: list[dict[str, Any]] = []
+    values: list[tuple[Any, ...]] = []
     rejected_rows: list[dict[str, Any]] = []
-    seen_ids: set[str] = set()
     for item in items:
         row, reason = _validate(item, received_us)
-        if row is None:
-            request_id = _request_id_of(item.value)
-            reason = reason or "invalid record"
-            rejected_rows.append(
-                _rejected_row(
-                    endpoint, received_us, item.index, request_id, reason, item.verbatim()
-                )
-            )
-            if len(outcome.errors) < MAX_REPORTED_ERRORS:
-                outcome.errors.append(
-                    {"index": item.index, "request_id": request_id, "error": reason}
-                )
-        elif row["request_id"] in seen_ids:
-            outcome.duplicates += 1  # a repeat within this body: first one wins
-        else:
-            seen_ids.add(row["request_id"])
-            rows.append(row)
-
-    outcome.accepted = repository.insert_usage_rows(session, rows)
-    outcome.duplicates += len(rows) - outcome.accepted
+        if row is not None:
+            values.append(row)
+            continue
+        request_id = _request_id_of(item.value)
+        reason = reason or "invalid record"
+        rejected_rows.append(
+            _rejected_row(endpoint, received_us, item.index, request_id, reason, item.verbatim())
+        )
+        if len(outcome.errors) < MAX_REPORTED_ERRORS:
+            outcome.errors.append({"index": item.index, "request_id": request_id, "error": reason})
     outcome.rejected = len(rejected_rows)
     repository.add_rejected(session, rejected_rows)
-    telemetry.count_ingest(session, outcome.accepted, outcome.duplicates, outcome.rejected)
-    return outcome
+    return _store(session, values, outcome)
 
 
-def _store_bulk(session: Session, values: list[tuple[Any, ...]]) -> IngestOutcome:
-    """Store the rows of a body that `bulk_values` took whole: the first of each
-    request_id in the body, minus those already stored."""
+def _store(
+    session: Session, values: list[tuple[Any, ...]], outcome: IngestOutcome
+) -> IngestOutcome:
+    """Store the first of each request_id in the body (a repeat within it is a
+    duplicate, as is one already stored) and count what happened."""
     unique = values
     if len({v[0] for v in values}) != len(values):
         first: dict[str, tuple[Any, ...]] = {}
         for v in values:
-            first.setdefault(v[0], v)  # a repeat within this body: first one wins
+            first.setdefault(v[0], v)
         unique = list(first.values())
-    accepted = repository.insert_usage_values(session, unique)
-    outcome = IngestOutcome(accepted=accepted, duplicates=len(values) - accepted)
-    telemetry.count_ingest(session, outcome.accepted, outcome.duplicates, 0)
+    outcome.accepted = repository.insert_usage_values(session, unique)
+    outcome.duplicates = len(values) - outcome.accepted
+    telemetry.count_ingest(session, outcome.accepted, outcome.duplicates, outcome.rejected)
     return outcome
 
 
-def _validate(item: BodyItem, received_us: int) -> tuple[dict[str, Any] | None, str | None]:
+def _validate(item: BodyItem, received_us: int) -> tuple[tuple[Any, ...] | None, str | None]:
+    """The row to store (as `repository.usage_row_values` gives it), or why not."""
     if item.error is not None:
         return None, item.error
     # LiteLLM's generic_api payload: mapped to a record first (service.ingest.litellm).
@@ -113,15 +104,16 @@ def _validate(item: BodyItem, received_us: int) -> tuple[dict[str, Any] | None, 
     if record is None and type(item.value) is dict:
         record = convert_value(item.value)
     if record is not None:
-        row = record_row(record, received_us)
+        row = record_values(record, received_us)
         if row is not None:
             return row, None
     if not isinstance(item.value, dict):
         return None, "a record must be a JSON object"
     try:
-        return to_row(UsageRecordIn.model_validate(item.value), received_us), None
+        validated = UsageRecordIn.model_validate(item.value)
     except ValidationError as exc:
         return None, format_validation_error(exc)
+    return repository.usage_row_values(to_row(validated, received_us)), None
 
 
 def _request_id_of(value: Any) -> str | None:

@@ -39,7 +39,7 @@ def reference_rows(body: bytes) -> list[tuple[Any, ...]] | None:
         row, _ = (None, error) if error is not None else reference_validate(value)
         if row is None:
             return None
-        rows.append(repository.usage_row_values(row))
+        rows.append(row)
     return rows
 
 

@@ -2,8 +2,8 @@
 
 The property: for any body, `split_records` + `_validate` give what they gave
 before the fast path (orjson per line, then `UsageRecordIn` + `to_row`): the same
-items, the same accept/reject decision, the identical row (compared by repr, so
-1 vs 1.0 vs True, -0.0 vs 0.0 and the key order all count) and the same error
+items, the same accept/reject decision, the identical row as stored (compared by
+repr, so 1 vs 1.0 vs True and -0.0 vs 0.0 count) and the same error
 text, request_id and verbatim bytes for a rejected record.
 
 Records are random JSON *text*, not `orjson.dumps` output, so they also carry what
@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from service.ingest import fast
 from service.ingest.body import BodyItem, UndecodableBody, split_records
 from service.ingest.records import UsageRecordIn, format_validation_error, to_row
+from service.repository import usage_row_values
 from service.services.ingestion import _request_id_of, _validate
 
 RECEIVED_US = 1_764_410_400_000_000
@@ -77,13 +78,15 @@ def reference_split(data: bytes) -> list[tuple[int, Any, bytes | None, str | Non
     return items
 
 
-def reference_validate(value: Any) -> tuple[dict[str, Any] | None, str | None]:
+def reference_validate(value: Any) -> tuple[tuple[Any, ...] | None, str | None]:
+    """pydantic's row, as the storage takes it (`usage_row_values`)."""
     if not isinstance(value, dict):
         return None, "a record must be a JSON object"
     try:
-        return to_row(UsageRecordIn.model_validate(value), RECEIVED_US), None
+        row = to_row(UsageRecordIn.model_validate(value), RECEIVED_US)
     except ValidationError as exc:
         return None, format_validation_error(exc)
+    return usage_row_values(row), None
 
 
 Outcome = list[tuple[Any, ...]] | str
@@ -686,13 +689,13 @@ def test_the_fast_path_alone_never_accepts_what_pydantic_refuses(line: bytes) ->
         event(f"{accepted} by pydantic, declined by decode_line")
         return
     value = orjson.loads(line)  # never raises: decode_line implies valid JSON
-    row = fast.record_row(record, RECEIVED_US)
-    event(f"{accepted} by pydantic, {'rejected' if row is None else 'accepted'} by record_row")
+    row = fast.record_values(record, RECEIVED_US)
+    event(f"{accepted} by pydantic, {'rejected' if row is None else 'accepted'} by record_values")
     if row is not None:
         assert repr(row) == repr(expected)
     converted = fast.convert_value(value)
     assert converted is not None  # no unknown fields here: the dict path agrees
-    assert repr(fast.record_row(converted, RECEIVED_US)) == repr(row)
+    assert repr(fast.record_values(converted, RECEIVED_US)) == repr(row)
 
 
 # --- the fast path does cover what it should ---------------------------------
@@ -708,7 +711,7 @@ def test_valid_records_take_the_fast_path_with_pydantics_row(
     assert error is None, error
     decoded = fast.decode_line(line)
     assert decoded is not None
-    assert repr(fast.record_row(decoded, RECEIVED_US)) == repr(expected)
+    assert repr(fast.record_values(decoded, RECEIVED_US)) == repr(expected)
 
 
 @SETTINGS
@@ -724,7 +727,7 @@ def test_unknown_fields_take_the_dict_path(record: dict[str, Any], unknown: dict
     item = split_records(line + b"\n" + line)[0]
     converted = fast.convert_value(item.value)
     assert converted is not None
-    assert repr(fast.record_row(converted, RECEIVED_US)) == repr(expected)
+    assert repr(fast.record_values(converted, RECEIVED_US)) == repr(expected)
 
 
 # --- the cases that made the design ------------------------------------------
@@ -767,7 +770,7 @@ def test_json_that_orjson_reads_differently(fields: bytes) -> None:
     body = line + b"\n" + line
     assert current_outcome(body) == reference_outcome(body)
     record = fast.decode_line(line)
-    assert record is None or fast.record_row(record, RECEIVED_US) is None
+    assert record is None or fast.record_values(record, RECEIVED_US) is None
 
 
 @pytest.mark.parametrize(
@@ -792,11 +795,14 @@ def test_fast_rows(fields: bytes, column: str, expected: Any) -> None:
     line = line_of(b'"prompt_tokens": 5, ' + fields)
     record = fast.decode_line(line)
     assert record is not None
-    row = fast.record_row(record, RECEIVED_US)
+    row = fast.record_values(record, RECEIVED_US)
     reference, _ = reference_validate(orjson.loads(line))
     assert row is not None and repr(row) == repr(reference)
     if expected is not None:
-        assert repr(row[column]) == repr(expected)
+        value = dict(zip(fast.VALUE_COLUMNS, row, strict=True))[column]
+        if column in ("segments", "attributes"):  # stored as JSON text
+            value = orjson.loads(value)
+        assert repr(value) == repr(expected)
 
 
 @pytest.mark.parametrize(
@@ -828,4 +834,9 @@ def test_a_fast_line_decodes_its_value_only_when_asked() -> None:
     assert item.value == orjson.loads(line)
     row, error = _validate(item, RECEIVED_US)
     assert error is None and row is not None
-    assert (row["prompt_tokens"], row["cached_tokens"], row["completion_tokens"]) == (5, 0, 3)
+    stored = dict(zip(fast.VALUE_COLUMNS, row, strict=True))
+    assert (stored["prompt_tokens"], stored["cached_tokens"], stored["completion_tokens"]) == (
+        5,
+        0,
+        3,
+    )
