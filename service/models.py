@@ -157,7 +157,45 @@ def _count() -> Mapped[int]:
     return mapped_column(BigInteger, default=0)
 
 
-class Rollup(Base):
+def _sum() -> Mapped[int]:
+    # After the key columns of the table that uses the mixin (sort_order), as the
+    # migrations create them.
+    return mapped_column(BigInteger, default=0, sort_order=1)
+
+
+class RollupSums:
+    """The additive columns every rollup carries, whatever it is keyed by: the sums
+    the metrics of contract section 4 are ratios of, and the sparse TTFT histograms
+    (service.rollups.histogram) that merge by adding counts. Declared once so that
+    `rollups` and `chart_rollups` cannot drift apart."""
+
+    requests: Mapped[int] = _sum()
+    prompt_tokens: Mapped[int] = _sum()
+    cached_tokens: Mapped[int] = _sum()
+    fp_requests: Mapped[int] = _sum()
+    fp_prompt_tokens: Mapped[int] = _sum()
+    fp_cached_tokens: Mapped[int] = _sum()
+    cacheable_tokens: Mapped[int] = _sum()
+    rewarm_tokens: Mapped[int] = _sum()
+    rewarms_concurrent: Mapped[int] = _sum()
+    rewarms_routing: Mapped[int] = _sum()
+    rewarms_eviction: Mapped[int] = _sum()
+    rewarms_unknown: Mapped[int] = _sum()
+    rewarm_tokens_concurrent: Mapped[int] = _sum()
+    rewarm_tokens_routing: Mapped[int] = _sum()
+    rewarm_tokens_eviction: Mapped[int] = _sum()
+    rewarm_tokens_unknown: Mapped[int] = _sum()
+    session_requests: Mapped[int] = _sum()
+    history_rewrites: Mapped[int] = _sum()
+    opening_fp_prompt_tokens: Mapped[int] = _sum()
+    opening_cacheable_tokens: Mapped[int] = _sum()
+    hits: Mapped[int] = _sum()
+    misses: Mapped[int] = _sum()
+    ttft_hit: Mapped[bytes | None] = mapped_column(LargeBinary, sort_order=1)
+    ttft_miss: Mapped[bytes | None] = mapped_column(LargeBinary, sort_order=1)
+
+
+class Rollup(RollupSums, Base):
     """Sums per time bucket and (service, model, deploy, replica); `grain_s` is 60 or
     3600 (hourly rows keep month-long queries small). Empty deploy/replica is ''
     so that the unique key also holds for requests that sent none."""
@@ -171,30 +209,6 @@ class Rollup(Base):
     model: Mapped[str] = mapped_column(String(200))
     deploy: Mapped[str] = mapped_column(String(200))
     replica: Mapped[str] = mapped_column(String(200))
-    requests: Mapped[int] = _count()
-    prompt_tokens: Mapped[int] = _count()
-    cached_tokens: Mapped[int] = _count()
-    fp_requests: Mapped[int] = _count()
-    fp_prompt_tokens: Mapped[int] = _count()
-    fp_cached_tokens: Mapped[int] = _count()
-    cacheable_tokens: Mapped[int] = _count()
-    rewarm_tokens: Mapped[int] = _count()
-    rewarms_concurrent: Mapped[int] = _count()
-    rewarms_routing: Mapped[int] = _count()
-    rewarms_eviction: Mapped[int] = _count()
-    rewarms_unknown: Mapped[int] = _count()
-    rewarm_tokens_concurrent: Mapped[int] = _count()
-    rewarm_tokens_routing: Mapped[int] = _count()
-    rewarm_tokens_eviction: Mapped[int] = _count()
-    rewarm_tokens_unknown: Mapped[int] = _count()
-    session_requests: Mapped[int] = _count()
-    history_rewrites: Mapped[int] = _count()
-    opening_fp_prompt_tokens: Mapped[int] = _count()
-    opening_cacheable_tokens: Mapped[int] = _count()
-    hits: Mapped[int] = _count()
-    misses: Mapped[int] = _count()
-    ttft_hit: Mapped[bytes | None] = mapped_column(LargeBinary)
-    ttft_miss: Mapped[bytes | None] = mapped_column(LargeBinary)
 
     __table_args__ = (
         UniqueConstraint("grain_s", "model", "bucket_us", "service", "deploy", "replica"),
@@ -232,7 +246,7 @@ class PrefixRollup(Base):
     )
 
 
-class ChartRollup(Base):
+class ChartRollup(RollupSums, Base):
     """What a chart or `/v1/metrics` bucket needs, per time bucket and filter scope:
     the read path's table (the `rollups` rows, summed over deploy and replica).
 
@@ -252,39 +266,16 @@ class ChartRollup(Base):
     service: Mapped[str] = mapped_column(String(100))
     model: Mapped[str] = mapped_column(String(200))
     bucket_us: Mapped[int] = mapped_column(BigInteger)
-    requests: Mapped[int] = _count()
-    prompt_tokens: Mapped[int] = _count()
-    cached_tokens: Mapped[int] = _count()
-    fp_requests: Mapped[int] = _count()
-    fp_prompt_tokens: Mapped[int] = _count()
-    fp_cached_tokens: Mapped[int] = _count()
-    cacheable_tokens: Mapped[int] = _count()
-    rewarm_tokens: Mapped[int] = _count()
-    rewarms_concurrent: Mapped[int] = _count()
-    rewarms_routing: Mapped[int] = _count()
-    rewarms_eviction: Mapped[int] = _count()
-    rewarms_unknown: Mapped[int] = _count()
-    rewarm_tokens_concurrent: Mapped[int] = _count()
-    rewarm_tokens_routing: Mapped[int] = _count()
-    rewarm_tokens_eviction: Mapped[int] = _count()
-    rewarm_tokens_unknown: Mapped[int] = _count()
-    session_requests: Mapped[int] = _count()
-    history_rewrites: Mapped[int] = _count()
-    opening_fp_prompt_tokens: Mapped[int] = _count()
-    opening_cacheable_tokens: Mapped[int] = _count()
-    hits: Mapped[int] = _count()
-    misses: Mapped[int] = _count()
-    ttft_hit: Mapped[bytes | None] = mapped_column(LargeBinary)
-    ttft_miss: Mapped[bytes | None] = mapped_column(LargeBinary)
-    replicas: Mapped[str | None] = mapped_column(Text)
-    first_keys: Mapped[bytes | None] = mapped_column(LargeBinary)
+    # After the sums (sort_order 1), as the migration creates them.
+    replicas: Mapped[str | None] = mapped_column(Text, sort_order=2)
+    first_keys: Mapped[bytes | None] = mapped_column(LargeBinary, sort_order=2)
     # The row's own values of the above, read when a bucket is one row.
-    ttft_hit_p50: Mapped[float | None] = mapped_column(Float)
-    ttft_hit_p95: Mapped[float | None] = mapped_column(Float)
-    ttft_miss_p50: Mapped[float | None] = mapped_column(Float)
-    ttft_miss_p95: Mapped[float | None] = mapped_column(Float)
-    replica_count: Mapped[int] = _count()
-    prefix_count: Mapped[int] = _count()
+    ttft_hit_p50: Mapped[float | None] = mapped_column(Float, sort_order=2)
+    ttft_hit_p95: Mapped[float | None] = mapped_column(Float, sort_order=2)
+    ttft_miss_p50: Mapped[float | None] = mapped_column(Float, sort_order=2)
+    ttft_miss_p95: Mapped[float | None] = mapped_column(Float, sort_order=2)
+    replica_count: Mapped[int] = mapped_column(BigInteger, default=0, sort_order=2)
+    prefix_count: Mapped[int] = mapped_column(BigInteger, default=0, sort_order=2)
 
     __table_args__ = (
         # Also the read index: every read is one range of bucket_us under one key.
