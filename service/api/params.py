@@ -1,13 +1,25 @@
 """Query parameters shared by the read endpoints."""
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import HTTPException, Query
 
 from service.ingest.timestamps import parse_ts
 
+# No stored text holds a NUL (PostgreSQL refuses one), so a parameter with one can
+# match nothing: refused by validation (422) instead of failing inside the query.
+_NO_NUL = r"^[^\x00]*$"
+
+
+def _text(max_length: int, alias: str | None = None) -> Any:
+    return Query(alias=alias, max_length=max_length, pattern=_NO_NUL)
+
+
+ServiceParam = Annotated[str | None, _text(100)]
+ModelParam = Annotated[str | None, _text(200)]
 # `from` is a Python keyword, hence the alias.
-TimeParam = Annotated[str | None, Query(alias="from", max_length=64)]
+TimeParam = Annotated[str | None, _text(64, alias="from")]
+ToParam = Annotated[str | None, _text(64)]
 
 
 def parse_time_param(name: str, value: str | None) -> int | None:

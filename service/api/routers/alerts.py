@@ -4,6 +4,7 @@ from fastapi import APIRouter, Query
 
 from service.alerts.views import alert_to_json
 from service.api.deps import ReadAuth, SessionDep
+from service.api.params import ServiceParam
 from service.api.schemas import READ_ERRORS
 from service.repository import alerts as alert_queries
 
@@ -18,7 +19,7 @@ def get_alerts(
     state: State | None = None,
     kind: Literal["opened", "resolved"] | None = None,
     regression_id: Annotated[int | None, Query(ge=1, le=2**62)] = None,
-    service: Annotated[str | None, Query(max_length=100)] = None,
+    service: ServiceParam = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> list[dict[str, Any]]:
     """Slack alerts with their delivery state, newest first."""

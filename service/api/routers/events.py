@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from service import repository
 from service.api.deps import BodyDep, IngestAuth, ReadAuth, SessionDep
-from service.api.params import TimeParam, parse_time_param
+from service.api.params import ModelParam, ServiceParam, TimeParam, ToParam, parse_time_param
 from service.api.schemas import READ_ERRORS, ErrorAnswer, EventOut, json_body
 from service.ingest.records import format_validation_error
 from service.services.events import EventIn, event_to_json, record_event
@@ -62,11 +62,11 @@ def _reject(
 @router.get("/v1/events", dependencies=[ReadAuth], response_model=list[EventOut])
 def get_events(
     session: SessionDep,
-    service: Annotated[str | None, Query(max_length=100)] = None,
-    model: Annotated[str | None, Query(max_length=200)] = None,
-    kind: Annotated[str | None, Query(max_length=20)] = None,
+    service: ServiceParam = None,
+    model: ModelParam = None,
+    kind: Annotated[str | None, Query(max_length=20, pattern=r"^[a-z_]*$")] = None,
     from_: TimeParam = None,
-    to: Annotated[str | None, Query(max_length=64)] = None,
+    to: ToParam = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> list[dict[str, Any]]:
     """Posted and inferred events, newest first."""

@@ -6,7 +6,7 @@ from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import Response
 
 from service.api.deps import ReadAuth, SessionDep, SettingsDep
-from service.api.params import TimeParam, parse_time_param
+from service.api.params import ModelParam, ServiceParam, TimeParam, ToParam, parse_time_param
 from service.api.schemas import READ_ERRORS, CapacityOut, ErrorAnswer
 from service.services import analytics_pass, capacity
 from service.services.metrics import DAY_S, MINUTE_S, MetricsQuery, TooManyBuckets, metrics
@@ -40,11 +40,11 @@ def parse_bucket(value: str | None, default_s: int) -> int:
 def get_metrics(
     session: SessionDep,
     settings: SettingsDep,
-    service: Annotated[str | None, Query(max_length=100)] = None,
-    model: Annotated[str | None, Query(max_length=200)] = None,
+    service: ServiceParam = None,
+    model: ModelParam = None,
     from_: TimeParam = None,
-    to: Annotated[str | None, Query(max_length=64)] = None,
-    bucket: Annotated[str | None, Query(max_length=20)] = None,
+    to: ToParam = None,
+    bucket: Annotated[str | None, Query(max_length=20, pattern=r"^[0-9a-z]*$")] = None,
 ) -> Response:
     """Hit rate, cacheable fraction, rewarms and TTFT per bucket and in total,
     including every record committed before the query. 400 when the range holds
@@ -69,10 +69,10 @@ def get_metrics(
 @router.get("/v1/capacity", dependencies=[ReadAuth], response_model=CapacityOut)
 def get_capacity(
     session: SessionDep,
-    model: Annotated[str | None, Query(max_length=200)] = None,
+    model: ModelParam = None,
     from_: TimeParam = None,
-    to: Annotated[str | None, Query(max_length=64)] = None,
-    sizes: Annotated[str | None, Query(max_length=2000)] = None,
+    to: ToParam = None,
+    sizes: Annotated[str | None, Query(max_length=2000, pattern=r"^[0-9,. a-zA-Z]*$")] = None,
 ) -> dict[str, Any]:
     """Token hit rate of one LRU cache of each size, replaying the model's
     fingerprinted requests in order; `ceiling` is the unbounded cache."""

@@ -3,6 +3,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query
 
 from service.api.deps import ReadAuth, SessionDep, SettingsDep, require_scope
+from service.api.params import ServiceParam
 from service.api.schemas import READ_ERRORS, RegressionOut
 from service.repository import detection as detection_queries
 from service.services.detection import detect
@@ -15,7 +16,7 @@ router = APIRouter(tags=["regressions"], responses=READ_ERRORS)
 @router.get("/v1/regressions", dependencies=[ReadAuth], response_model=list[RegressionOut])
 def get_regressions(
     session: SessionDep,
-    service: Annotated[str | None, Query(max_length=100)] = None,
+    service: ServiceParam = None,
     status: Literal["open", "resolved"] | None = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> list[dict[str, Any]]:
@@ -32,7 +33,7 @@ def get_regressions(
 def post_detect(
     session: SessionDep,
     settings: SettingsDep,
-    service: Annotated[str | None, Query(max_length=100)] = None,
+    service: ServiceParam = None,
 ) -> list[dict[str, Any]]:
     """Run one detection pass now (admin scope); the regressions it created or updated."""
     report = detect(session, settings, service or None)
