@@ -145,18 +145,7 @@ def w_build_db(p: Params) -> Params:
 
     records = pl.read_ipc(p["path"])
     results = pl.read_ipc(p["results"])
-    joined = (  # as service/services/analytics_pass.py joins them
-        records.drop("ts_us")
-        .join(results, on="id", how="inner")
-        .with_columns(
-            (
-                pl.col("session_id").is_not_null()
-                & ~pl.col("is_opening")
-                & pl.col("block_hashes").is_not_null()
-            ).alias("session_continuation"),
-            pl.col("is_opening").alias("opening"),
-        )
-    )
+    joined = aggregate.join_results(records, results)
     engine = make_engine(Settings(database_url=f"sqlite:///{p['db']}", run_jobs=False))
     migrate.upgrade(engine)
     counts: Params = {}

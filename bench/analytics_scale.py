@@ -55,7 +55,6 @@ def synthetic(n: int) -> Any:
 
 
 def worker_pass(n: int) -> dict[str, Any]:
-    import polars as pl
 
     from service.analytics import compute_request_metrics
     from service.rollups import aggregate
@@ -65,18 +64,7 @@ def worker_pass(n: int) -> dict[str, Any]:
     started = time.perf_counter()
     results, _ = compute_request_metrics(frame, WINDOW_S)
     computed = time.perf_counter()
-    joined = (
-        frame.drop("ts_us")
-        .join(results, on="id", how="inner")
-        .with_columns(
-            (
-                pl.col("session_id").is_not_null()
-                & ~pl.col("is_opening")
-                & pl.col("block_hashes").is_not_null()
-            ).alias("session_continuation"),
-            pl.col("is_opening").alias("opening"),
-        )
-    )
+    joined = aggregate.join_results(frame, results)
     rows = 0
     for grain in (60, 3600):
         rollups = aggregate.finish(

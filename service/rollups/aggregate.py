@@ -47,6 +47,23 @@ _SUMS: list[pl.Expr] = [
 SUM_COLUMNS = [e.meta.output_name() for e in _SUMS]
 
 
+def join_results(records: pl.DataFrame, results: pl.DataFrame) -> pl.DataFrame:
+    """Each record with its per-request values (service.analytics) and the two flags
+    the rollup sums are conditioned on: what every rollup below aggregates."""
+    return (
+        records.drop("ts_us")
+        .join(results, on="id", how="inner")
+        .with_columns(
+            (
+                pl.col("session_id").is_not_null()
+                & ~pl.col("is_opening")
+                & pl.col("block_hashes").is_not_null()
+            ).alias("session_continuation"),
+            pl.col("is_opening").alias("opening"),
+        )
+    )
+
+
 def _bucketed(frame: pl.DataFrame, grain_s: int) -> pl.DataFrame:
     grain_us = grain_s * 1_000_000
     return frame.with_columns(

@@ -150,18 +150,7 @@ def _add_to_rollups(
     forward pass, rebuilds the chart rollups from its first minute on."""
     if results.is_empty():
         return
-    joined = (
-        records.drop("ts_us")
-        .join(results, on="id", how="inner")
-        .with_columns(
-            (
-                pl.col("session_id").is_not_null()
-                & ~pl.col("is_opening")
-                & pl.col("block_hashes").is_not_null()
-            ).alias("session_continuation"),
-            pl.col("is_opening").alias("opening"),
-        )
-    )
+    joined = aggregate.join_results(records, results)
     first_bucket_us = int(joined["ts_us"].min())  # type: ignore[arg-type]
     for grain in GRAINS_S:
         grain_us = grain * 1_000_000
