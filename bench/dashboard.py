@@ -32,9 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,6 +49,8 @@ import numpy as np  # noqa: E402
 import orjson  # noqa: E402
 import polars as pl  # noqa: E402
 from sqlalchemy import text  # noqa: E402
+
+from service.server_process import free_port, start_server, stop_server  # noqa: E402
 
 DAY_US = 86_400 * 1_000_000
 MINUTE_US = 60 * 1_000_000
@@ -324,43 +324,18 @@ def build(database_url: str, days: int, per_day: int) -> dict[str, Any]:
 @contextmanager
 def server(database_url: str, log_path: Path) -> Iterator[str]:
     """`cachewatch serve` with public read and no background jobs."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEWATCH_")}
     env |= {
         "CACHEWATCH_DATABASE_URL": database_url,
         "CACHEWATCH_PUBLIC_READ": "true",
         "CACHEWATCH_RUN_JOBS": "false",
     }
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
-            env=env,
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
+    process = start_server(env, port, log_path, cwd=ROOT, timeout_s=120)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"server did not start: {log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        yield url
+        yield f"http://127.0.0.1:{port}"
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        stop_server(process)
 
 
 VIEWS = {

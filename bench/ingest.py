@@ -14,7 +14,6 @@ best run counts (the machine may be shared); every run is printed.
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from service.db import make_engine  # noqa: E402
 from service.ingest.records import UsageRecordIn, to_row  # noqa: E402
 from service.models import UsageRecord  # noqa: E402
 from service.repository import USAGE_COLUMNS, USAGE_TABLE, usage_row_values  # noqa: E402
+from service.server_process import free_port, start_server, stop_server  # noqa: E402
 from service.settings import Settings  # noqa: E402
 
 GOAL_RATE = 50_000
@@ -88,12 +88,6 @@ def rows_of(batches: list[bytes]) -> list[list[dict[str, Any]]]:
     ]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def cli(env: dict[str, str], *args: str) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "service.cli", *args],
@@ -122,34 +116,11 @@ def running_server(database_url: str, log_path: Path) -> Iterator[Server]:
     cli(env, "migrate")
     token = cli(env, "token", "create", "--scope", "ingest", "--name", "bench")
     port = free_port()
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
-            env=env,
-            cwd=PROJECT_ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
+    process = start_server(env, port, log_path, cwd=PROJECT_ROOT)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"server did not start: {log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        yield Server(url, token, process)
+        yield Server(f"http://127.0.0.1:{port}", token, process)
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        stop_server(process)
 
 
 def post_all(server: Server, batches: list[bytes], threads: int) -> tuple[float, float]:

@@ -3,16 +3,13 @@ CACHEWATCH_TEST_DATABASE_URL says so), per-test transaction rollback, an app bou
 to the test transaction, and a real server process on loopback."""
 
 import os
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -23,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service import migrate
 from service.api.app import create_app
 from service.db import make_engine
+from service.server_process import free_port, start_server, stop_server
 from service.services.tokens import Scope, create_token
 from service.settings import Settings
 
@@ -165,12 +163,6 @@ def read_headers(make_token) -> dict[str, str]:  # type: ignore[no-untyped-def]
     return {"Authorization": f"Bearer {make_token('read')}"}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class LiveServer:
     """A real `cachewatch serve` process on loopback with its own database."""
@@ -184,25 +176,7 @@ class LiveServer:
 
     def start(self) -> None:
         assert self.log_path is not None
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port)],
-            env=self.env,
-            cwd=PROJECT_ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited: {self.log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"server did not start: {self.log_path.read_text()[-2000:]}")
+        self.process = start_server(self.env, self.port, self.log_path, cwd=PROJECT_ROOT)
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -210,13 +184,8 @@ class LiveServer:
             self.process.wait(10)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        if self.process is not None:
+            stop_server(self.process)
 
     def token(self, scope: str) -> str:
         out = subprocess.run(
