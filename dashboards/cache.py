@@ -7,11 +7,11 @@ indexed lookups instead of re-reading a month of rollups.
 
 `ReplayCache`: capacity replays off the request path.
 
-A replay costs about 60 µs a request (`service.analytics.capacity`), so even the
-bounded sample the dashboard replays can take longer than a data request may. The
-request loads the sample (its own session, its own thread), hands the pure NumPy
-replay to one background thread and waits a little; a replay that is not done by
-then is answered "pending" and the page asks again. Results are kept per sample
+A replay's cost grows with the requests it replays (`service.analytics.capacity`),
+so even the bounded sample the dashboard replays can take longer than a data
+request may. The request loads the sample (its own session, its own thread),
+hands the pure NumPy replay to one background thread and waits a little; a replay
+that is not done by then is answered "pending" and the page asks again. Results are kept per sample
 (model, range, sizes and the newest record id), so refreshes and returning to a
 view cost nothing. No database access happens off the request thread."""
 
@@ -26,22 +26,40 @@ from typing import Any
 Result = dict[str, Any]
 
 
+class _Recent:
+    """Values by key, each kept `ttl_s` and the least recently used dropped beyond
+    `max_entries`. Not locked: its owner holds its own lock around every call."""
+
+    def __init__(self, max_entries: int, ttl_s: float) -> None:
+        self._entries: OrderedDict[Hashable, tuple[float, Any]] = OrderedDict()
+        self._max_entries = max_entries
+        self._ttl_s = ttl_s
+
+    def get(self, key: Hashable) -> Any | None:
+        entry = self._entries.get(key)
+        if entry is None or time.monotonic() - entry[0] > self._ttl_s:
+            return None
+        self._entries.move_to_end(key)
+        return entry[1]
+
+    def put(self, key: Hashable, value: Any) -> None:
+        self._entries[key] = (time.monotonic(), value)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._max_entries:
+            self._entries.popitem(last=False)
+
+
 class ReplayCache:
     def __init__(self, max_entries: int = 32, ttl_s: float = 600.0) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capacity")
         self._lock = threading.Lock()
-        self._done: OrderedDict[Hashable, tuple[float, Result]] = OrderedDict()
+        self._done = _Recent(max_entries, ttl_s)
         self._running: dict[Hashable, Future[Result]] = {}
-        self._max_entries = max_entries
-        self._ttl_s = ttl_s
 
     def cached(self, key: Hashable) -> Result | None:
         with self._lock:
-            entry = self._done.get(key)
-            if entry is None or time.monotonic() - entry[0] > self._ttl_s:
-                return None
-            self._done.move_to_end(key)
-            return entry[1]
+            result: Result | None = self._done.get(key)
+            return result
 
     def running(self, key: Hashable) -> bool:
         with self._lock:
@@ -71,30 +89,19 @@ class ReplayCache:
         with self._lock:
             self._running.pop(key, None)
             if future.exception() is None:
-                self._done[key] = (time.monotonic(), future.result())
-                self._done.move_to_end(key)
-                while len(self._done) > self._max_entries:
-                    self._done.popitem(last=False)
+                self._done.put(key, future.result())
 
 
 class ResultCache:
     def __init__(self, max_entries: int = 64, ttl_s: float = 300.0) -> None:
         self._lock = threading.Lock()
-        self._entries: OrderedDict[Hashable, tuple[float, bytes]] = OrderedDict()
-        self._max_entries = max_entries
-        self._ttl_s = ttl_s
+        self._entries = _Recent(max_entries, ttl_s)
 
     def get(self, key: Hashable) -> bytes | None:
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is None or time.monotonic() - entry[0] > self._ttl_s:
-                return None
-            self._entries.move_to_end(key)
-            return entry[1]
+            body: bytes | None = self._entries.get(key)
+            return body
 
     def put(self, key: Hashable, value: bytes) -> None:
         with self._lock:
-            self._entries[key] = (time.monotonic(), value)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._max_entries:
-                self._entries.popitem(last=False)
+            self._entries.put(key, value)

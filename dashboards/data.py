@@ -11,13 +11,16 @@ from sqlalchemy.orm import Session
 from dashboards import figures, queries
 from dashboards.budget import parse_budget
 from dashboards.cache import ReplayCache
+from dashboards.capacity_figure import Budget, capacity_figure
 from dashboards.filters import RawFilters, View, format_duration, resolve
+from dashboards.markers import Markers, markers_from
 from service.analytics.capacity import capacity_curve
 from service.ingest.timestamps import us_to_rfc3339
 from service.models import Regression
+from service.rollups.aggregate import CAUSES
 from service.services.events import event_to_json
 from service.services.regressions import regression_to_json
-from service.services.series import SeriesQuery, series
+from service.services.series import SeriesQuery, ratio, series
 from service.settings import Settings
 
 CAPACITY_SIZES = tuple(16384 * 4**i for i in range(6))  # 16Ki .. 16Mi tokens
@@ -59,18 +62,14 @@ def context(session: Session, raw: RawFilters, now_us: int) -> Context:
     return Context(resolve(raw, newest, now_us), services, models, newest)
 
 
-def _ratio(numerator: float, denominator: float) -> float | None:
-    return numerator / denominator if denominator else None
-
-
 def headline_values(sums: dict[str, int]) -> dict[str, Any]:
     """The headline numbers from range sums, with the contract's definitions."""
     return {
         "requests": sums["requests"],
-        "hit_rate": _ratio(sums["cached_tokens"], sums["prompt_tokens"]),
-        "cacheable_fraction": _ratio(sums["cacheable_tokens"], sums["fp_prompt_tokens"]),
-        "capture_ratio": _ratio(sums["fp_cached_tokens"], sums["cacheable_tokens"]),
-        "rewarms": sum(sums[f"rewarms_{c}"] for c in figures.CAUSE_COLORS),
+        "hit_rate": ratio(sums["cached_tokens"], sums["prompt_tokens"]),
+        "cacheable_fraction": ratio(sums["cacheable_tokens"], sums["fp_prompt_tokens"]),
+        "capture_ratio": ratio(sums["fp_cached_tokens"], sums["cacheable_tokens"]),
+        "rewarms": sum(sums[f"rewarms_{c}"] for c in CAUSES),
     }
 
 
@@ -123,14 +122,14 @@ def series_notes(buckets: Sequence[dict[str, Any]]) -> dict[str, str | None]:
     }
 
 
-def markers(session: Session, view: View) -> figures.Markers:
+def markers(session: Session, view: View) -> Markers:
     events = queries.events_in_range(
         session, view.service, view.model, view.from_us, view.to_us, MAX_EVENTS
     )
     regressions = queries.regressions_in_range(
         session, view.service, view.model, view.from_us, view.to_us
     )
-    return figures.markers_from(
+    return markers_from(
         [event_to_json(e) for e in events],
         [regression_to_json(r) for r in regressions],
         us_to_rfc3339(view.to_us),
@@ -171,12 +170,12 @@ def series_payload(session: Session, ctx: Context) -> dict[str, Any]:
     }
 
 
-def current_budget(session: Session, view: View, model: str) -> figures.Budget | None:
+def current_budget(session: Session, view: View, model: str) -> Budget | None:
     """The budget of the latest `config` event (up to the range's end) that tells one."""
     for event in queries.config_events_before(session, view.service, model, view.to_us, 200):
         tokens = parse_budget(event.description)
         if tokens is not None:
-            return figures.Budget(tokens, us_to_rfc3339(event.ts_us), event.description or "")
+            return Budget(tokens, us_to_rfc3339(event.ts_us), event.description or "")
     return None
 
 
@@ -233,7 +232,7 @@ def capacity_payload(
             else None
         ),
         "figure": (
-            figures.capacity_figure(result, budget).to_plotly_json() if result["requests"] else None
+            capacity_figure(result, budget).to_plotly_json() if result["requests"] else None
         ),
         "note": note,
     }
@@ -285,8 +284,8 @@ def prefix_row(row: dict[str, Any]) -> dict[str, Any]:
         "model": row["model"],
         "requests": int(row["requests"] or 0),
         "prompt_tokens": prompt,
-        "hit_rate": _ratio(int(row["cached_tokens"] or 0), prompt),
-        "cacheable_fraction": _ratio(int(row["cacheable_tokens"] or 0), prompt),
+        "hit_rate": ratio(int(row["cached_tokens"] or 0), prompt),
+        "cacheable_fraction": ratio(int(row["cacheable_tokens"] or 0), prompt),
         "replicas": int(row["replicas"] or 0),
         "rewarms": int(row["rewarms"] or 0),
         "rewarm_tokens": int(row["rewarm_tokens"] or 0),

@@ -12,6 +12,8 @@ as prefixes repeated across buckets count once per bucket)."""
 from collections.abc import Sequence
 from typing import Any
 
+from service.services.series import ratio
+
 _SUMMED = (
     "requests",
     "prompt_tokens",
@@ -27,10 +29,6 @@ _SUMMED = (
 )
 
 
-def _ratio(numerator: float, denominator: float) -> float | None:
-    return numerator / denominator if denominator else None
-
-
 def _weighted(pairs: Sequence[tuple[float | None, float]]) -> float | None:
     known = [(v, w) for v, w in pairs if v is not None and w > 0]
     total = sum(w for _, w in known)
@@ -42,10 +40,10 @@ def _merge(group: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for name in _SUMMED:
         out[name] = sum(b.get(name) or 0 for b in group)
     fp_cached = sum((b.get("capture_ratio") or 0) * (b.get("cacheable_tokens") or 0) for b in group)
-    out["hit_rate"] = _ratio(out["cached_tokens"], out["prompt_tokens"])
-    out["cacheable_fraction"] = _ratio(out["cacheable_tokens"], out["fingerprinted_prompt_tokens"])
-    out["capture_ratio"] = _ratio(fp_cached, out["cacheable_tokens"])
-    out["rewarm_share"] = _ratio(out["rewarm_tokens"], out["prompt_tokens"])
+    out["hit_rate"] = ratio(out["cached_tokens"], out["prompt_tokens"])
+    out["cacheable_fraction"] = ratio(out["cacheable_tokens"], out["fingerprinted_prompt_tokens"])
+    out["capture_ratio"] = ratio(fp_cached, out["cacheable_tokens"])
+    out["rewarm_share"] = ratio(out["rewarm_tokens"], out["prompt_tokens"])
     out["rewarms"] = {
         key: sum((b.get("rewarms") or {}).get(key, 0) for b in group)
         for key in ("total", "concurrent", "routing", "eviction", "unknown")

@@ -11,7 +11,9 @@ would read as a dip."""
 import re
 from dataclasses import dataclass
 
-from service.ingest.timestamps import parse_ts
+from fastapi import HTTPException
+
+from service.api.params import parse_time_param
 
 MINUTE_S = 60
 HOUR_S = 3600
@@ -42,17 +44,15 @@ def parse_duration(name: str, value: str) -> int:
 
 
 def parse_time(name: str, value: str) -> int:
-    """RFC 3339 or an epoch number, as the API's `from`/`to`."""
+    """RFC 3339 or an epoch number: the API's own `from`/`to` parsing
+    (`parse_time_param`), so a link works on both; its 422 becomes a FilterError."""
     try:
-        number: float | None = float(value)
-    except ValueError:
-        number = None
-    try:
-        if number is not None:
-            return parse_ts(int(number) if number.is_integer() else number)
-        return parse_ts(value)
-    except (ValueError, OverflowError) as exc:
-        raise FilterError(f"`{name}`: {exc}") from None
+        parsed = parse_time_param(name, value)
+    except HTTPException as exc:
+        raise FilterError(str(exc.detail)) from None
+    if parsed is None:
+        raise FilterError(f"`{name}`: empty")
+    return parsed
 
 
 @dataclass(frozen=True)

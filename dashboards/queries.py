@@ -19,12 +19,8 @@ from service.rollups.aggregate import CAUSES
 from service.services.analytics_pass import PREFIX_GRAINS_S
 from service.services.series import plan
 
-ROLLUPS = repository.ROLLUP_TABLE
 PREFIXES = repository.PREFIX_TABLE
 USAGE = repository.USAGE_TABLE
-
-
-HOUR_US = 3600 * 1_000_000
 
 
 @dataclass(frozen=True)
@@ -41,11 +37,8 @@ class Scope:
     to_us: int
 
     def chart_key(self) -> tuple[int, str, str]:
-        """The chart rollups answering this scope. `services` is the selected service
-        or every service with data, so one service means that service (and when
-        only one has data, both readings give the same rows' sums)."""
-        service = self.services[0] if len(self.services) == 1 else None
-        return chart.scope_key(service, self.model)
+        """The chart rollups answering this scope."""
+        return chart.scope_key(only_service(self.services), self.model)
 
     def chart_segments(self) -> list[chart_queries.Segment]:
         """The range in the coarsest chart rows (days, hours, 5 and 1 minutes)."""
@@ -57,6 +50,13 @@ class Scope:
         for its ragged edges (a month reads 30 rows per prefix and replica)."""
         segments = plan(self.from_us, self.to_us, 86_400, PREFIX_GRAINS_S)
         return [(s.grain_s, s.from_us, s.to_us) for s in segments]
+
+
+def only_service(services: Sequence[str]) -> str | None:
+    """The service of the chart rows to read for `services`, the selected service or
+    every service with data: one service means that service (and when only one has
+    data, both readings give the same rows' sums), several mean all."""
+    return services[0] if len(services) == 1 else None
 
 
 def _where(table: Any, scope: Scope, grain_s: int, from_us: int, to_us: int) -> Any:
@@ -77,11 +77,10 @@ def series_keys(session: Session) -> list[tuple[str, str]]:
 
 def newest_bucket(session: Session, services: Sequence[str], model: str | None) -> int | None:
     """The start of the newest minute bucket with data of the services (the selected
-    one or all, see `Scope.chart_key`) and model: one index seek."""
+    one or all, see `only_service`) and model: one index seek."""
     if not services:
         return None
-    service = services[0] if len(services) == 1 else None
-    newest = chart_queries.newest_minute(session, *chart.scope_key(service, model))
+    newest = chart_queries.newest_minute(session, *chart.scope_key(only_service(services), model))
     return int(newest) if newest is not None else None
 
 
@@ -163,6 +162,21 @@ def top_prefixes(session: Session, scope: Scope, limit: int) -> list[dict[str, A
     return [dict(zip(names, row, strict=True)) for row in session.execute(query).all()]
 
 
+def _events(
+    session: Session, service: str | None, model: str | None, limit: int, *where: Any
+) -> Sequence[ChangeEvent]:
+    """Events matching `where` of the service (None: all) whose model is the
+    selected one or unset (an event without a model concerns all of them), newest
+    first."""
+    query = select(ChangeEvent).where(*where)
+    if service is not None:
+        query = query.where(ChangeEvent.service == service)
+    if model is not None:
+        query = query.where((ChangeEvent.model == model) | ChangeEvent.model.is_(None))
+    query = query.order_by(ChangeEvent.ts_us.desc(), ChangeEvent.id.desc()).limit(limit)
+    return session.scalars(query).all()
+
+
 def events_in_range(
     session: Session,
     service: str | None,
@@ -171,27 +185,19 @@ def events_in_range(
     to_us: int,
     limit: int,
 ) -> Sequence[ChangeEvent]:
-    """Events of the service whose model is the selected one or unset, newest first."""
-    query = select(ChangeEvent).where(ChangeEvent.ts_us >= from_us, ChangeEvent.ts_us < to_us)
-    if service is not None:
-        query = query.where(ChangeEvent.service == service)
-    if model is not None:
-        query = query.where((ChangeEvent.model == model) | ChangeEvent.model.is_(None))
-    query = query.order_by(ChangeEvent.ts_us.desc(), ChangeEvent.id.desc()).limit(limit)
-    return session.scalars(query).all()
+    """Events of the range, newest first."""
+    return _events(
+        session, service, model, limit, ChangeEvent.ts_us >= from_us, ChangeEvent.ts_us < to_us
+    )
 
 
 def config_events_before(
     session: Session, service: str | None, model: str | None, to_us: int, limit: int
 ) -> Sequence[ChangeEvent]:
     """The latest `config` events up to the end of the range, newest first."""
-    query = select(ChangeEvent).where(ChangeEvent.kind == "config", ChangeEvent.ts_us < to_us)
-    if service is not None:
-        query = query.where(ChangeEvent.service == service)
-    if model is not None:
-        query = query.where((ChangeEvent.model == model) | ChangeEvent.model.is_(None))
-    query = query.order_by(ChangeEvent.ts_us.desc(), ChangeEvent.id.desc()).limit(limit)
-    return session.scalars(query).all()
+    return _events(
+        session, service, model, limit, ChangeEvent.kind == "config", ChangeEvent.ts_us < to_us
+    )
 
 
 def regressions_in_range(
@@ -212,8 +218,9 @@ def busiest_model(session: Session, scope: Scope) -> str | None:
     """The model with the most prompt tokens in the range."""
     if not scope.services:
         return None
-    service = scope.services[0] if len(scope.services) == 1 else None
-    tokens = chart_queries.sum_by_model(session, service, scope.chart_segments())
+    tokens = chart_queries.sum_by_model(
+        session, only_service(scope.services), scope.chart_segments()
+    )
     if scope.model is not None:
         tokens = {m: n for m, n in tokens.items() if m == scope.model}
     if not tokens:

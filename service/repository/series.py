@@ -52,6 +52,20 @@ def _frame(rows: Sequence[Any], schema: dict[str, Any]) -> pl.DataFrame:
     )
 
 
+def _in_segment(level: int, service: str, model: str, segment: Segment) -> list[Any]:
+    """The chart rows of one scope in one segment: a range of the (grain, level,
+    service, model, bucket) unique index."""
+    c = CHART_TABLE.c
+    return [
+        c.grain_s == segment.grain_s,
+        c.level == level,
+        c.service == service,
+        c.model == model,
+        c.bucket_us >= segment.from_us,
+        c.bucket_us < segment.to_us,
+    ]
+
+
 def chart_extent(
     session: Session, level: int, service: str, model: str, from_us: int | None, to_us: int | None
 ) -> tuple[int, int] | None:
@@ -85,14 +99,7 @@ def fetch_series_rows(
     if not segments:
         return pl.DataFrame(schema=schema)
     parts = [
-        select(*[c[name] for name in columns]).where(
-            c.grain_s == segment.grain_s,
-            c.level == level,
-            c.service == service,
-            c.model == model,
-            c.bucket_us >= segment.from_us,
-            c.bucket_us < segment.to_us,
-        )
+        select(*[c[name] for name in columns]).where(*_in_segment(level, service, model, segment))
         for segment in segments
     ]
     query = parts[0] if len(parts) == 1 else union_all(*parts)
@@ -113,12 +120,7 @@ def sum_series_rows(
     for segment in segments:
         row = session.execute(
             select(*[func.coalesce(func.sum(c[name]), 0) for name in columns]).where(
-                c.grain_s == segment.grain_s,
-                c.level == level,
-                c.service == service,
-                c.model == model,
-                c.bucket_us >= segment.from_us,
-                c.bucket_us < segment.to_us,
+                *_in_segment(level, service, model, segment)
             )
         ).one()
         for name, value in zip(columns, row, strict=True):
@@ -202,13 +204,14 @@ def sum_by_model(
     """Prompt tokens per model over the segments: of one service (level 0) or of
     all services (level 2)."""
     c = CHART_TABLE.c
+    level = 0 if service is not None else 2
     tokens: dict[str, int] = {}
     for segment in segments:
         query = (
             select(c.model, func.sum(c.prompt_tokens))
             .where(
                 c.grain_s == segment.grain_s,
-                c.level == (0 if service is not None else 2),
+                c.level == level,
                 c.service == (service or ""),
                 c.bucket_us >= segment.from_us,
                 c.bucket_us < segment.to_us,
@@ -230,8 +233,14 @@ def newest_minute(session: Session, level: int, service: str, model: str) -> int
     )
 
 
-PREFIX_SUMS = ["requests", "prompt_tokens", "cached_tokens", "cacheable_tokens", "rewarms"]
-PREFIX_SUMS.append("rewarm_tokens")
+PREFIX_SUMS = [
+    "requests",
+    "prompt_tokens",
+    "cached_tokens",
+    "cacheable_tokens",
+    "rewarms",
+    "rewarm_tokens",
+]
 _DAY_US = 86_400 * 1_000_000
 
 

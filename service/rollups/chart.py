@@ -62,14 +62,14 @@ def scope_key(service: str | None, model: str | None) -> tuple[int, str, str]:
     return level_of(service, model), service or "", model or ""
 
 
-def _levels(frame: pl.DataFrame) -> pl.DataFrame:
-    """Each row four times, once per filter scope it counts in."""
+def _wider_scopes(pairs: pl.DataFrame) -> pl.DataFrame:
+    """(service, model) rows three more times, keyed as the wider filter scopes they
+    count in (one service, one model, everything), to be merged per key."""
     blank = pl.lit("")
     return pl.concat(
         [
-            frame.with_columns(pl.lit(level, pl.Int32).alias("level"), *keep)
+            pairs.with_columns(pl.lit(level, pl.Int32).alias("level"), *keep)
             for level, keep in (
-                (0, []),
                 (1, [blank.alias("model")]),
                 (2, [blank.alias("service")]),
                 (3, [blank.alias("service"), blank.alias("model")]),
@@ -181,12 +181,20 @@ def _finish(
     ).select(list(CHART_SCHEMA))
 
 
-def row_percentiles(blobs: pl.Series) -> tuple[list[float | None], list[float | None]]:
-    """p50 and p95 of each row's own histogram (None without one)."""
+def group_percentiles(
+    blobs: pl.Series, group: npt.NDArray[np.int64], groups: int
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+    """`histogram.group_percentiles` over a column of stored histograms: p50 and p95
+    per group of the merged histograms of its rows, and which groups had any."""
     lengths = (blobs.bin.size().fill_null(0) // histogram.PAIR_BYTES).to_numpy()
     flat = b"".join(b for b in blobs.to_list() if b)
+    return histogram.group_percentiles(group, lengths, flat, groups)
+
+
+def row_percentiles(blobs: pl.Series) -> tuple[list[float | None], list[float | None]]:
+    """p50 and p95 of each row's own histogram (None without one)."""
     rows = np.arange(len(blobs), dtype=np.int64)
-    values, present = histogram.group_percentiles(rows, lengths, flat, len(blobs))
+    values, present = group_percentiles(blobs, rows, len(blobs))
     p50 = [v if ok else None for v, ok in zip(values[:, 0].tolist(), present.tolist(), strict=True)]
     p95 = [v if ok else None for v, ok in zip(values[:, 1].tolist(), present.tolist(), strict=True)]
     return p50, p95
@@ -213,8 +221,7 @@ def from_rollups(rollups: pl.DataFrame, prefixes: pl.DataFrame, grain_s: int) ->
         keyed["gid"].to_numpy().astype(np.int64), keyed["first_key"].to_numpy(), n
     )
     pairs = _finish(groups, sums, grain_s, ttft, replicas, first_keys)
-    scopes = _levels(pairs).filter(pl.col("level") > 0)
-    return pl.concat([pairs, _merge(scopes, grain_s)])
+    return pl.concat([pairs, _merge(_wider_scopes(pairs), grain_s)])
 
 
 def coarsen(rows: pl.DataFrame, grain_s: int) -> pl.DataFrame:

@@ -10,6 +10,7 @@ grain after grain (1 min from the minute rows, 5 min from 1 min, 1 h from 5 min,
 finer rows, the older of which were left untouched. Work is done a day at a time,
 so a full rebuild (the first pass after the migration) holds one day in memory."""
 
+import polars as pl
 from sqlalchemy.orm import Session
 
 from service import repository
@@ -59,8 +60,14 @@ def rebuild_from(session: Session, from_us: int | None) -> None:
 
 
 def _rebuild_day(session: Session, day_us: int, from_us: int) -> None:
-    """Chart rows of one day from `from_us` on, finest grain first."""
+    """Chart rows of one day from `from_us` on, finest grain first. Each grain is
+    merged from the rows of the grain below, which were just built from its own
+    start on and are still in memory: only the older ones its first bucket also
+    covers are read back (on a forward pass, a few rows of the minutes, 5 minutes
+    and hours before the new data)."""
     end = day_us + _DAY_US
+    built = pl.DataFrame(schema=chart.CHART_SCHEMA)
+    built_from = end
     for grain, source in chart.CHAIN:
         grain_us = grain * 1_000_000
         start = (from_us // grain_us) * grain_us
@@ -71,5 +78,7 @@ def _rebuild_day(session: Session, day_us: int, from_us: int) -> None:
                 grain,
             )
         else:
-            rows = chart.coarsen(queries.load_chart(session, source, start, end), grain)
+            older = queries.load_chart(session, source, start, built_from)
+            rows = chart.coarsen(pl.concat([older, built]), grain)
         queries.insert_chart(session, rows)
+        built, built_from = rows, start

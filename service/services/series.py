@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from service.repository import series as queries
 from service.repository.series import Segment
-from service.rollups import chart, histogram
+from service.rollups import chart
 from service.rollups.aggregate import CAUSES, SUM_COLUMNS
 
 MINUTE_US = 60 * 1_000_000
@@ -210,7 +210,7 @@ def _no_gc() -> Iterator[None]:
 
 
 def _ratio_expr(numerator: str, denominator: str) -> pl.Expr:
-    """As `_ratio`: IEEE division of the two sums (exact integers below 2**53, as
+    """As `ratio`: IEEE division of the two sums (exact integers below 2**53, as
     Python's int / int), None when the denominator is 0."""
     den = pl.col(denominator)
     return pl.when(den != 0).then(pl.col(numerator) / den).otherwise(None)
@@ -300,9 +300,7 @@ def _bucket(
 
 def _percentiles(blobs: pl.Series, group: np.ndarray, n: int) -> list[Percentiles | None]:
     """TTFT p50/p95 per group (None where no request had a TTFT)."""
-    lengths = (blobs.bin.size().fill_null(0) // histogram.PAIR_BYTES).to_numpy()
-    flat = b"".join(b for b in blobs.to_list() if b)
-    values, present = histogram.group_percentiles(group, lengths, flat, n)
+    values, present = chart.group_percentiles(blobs, group, n)
     return [
         {"p50": p50, "p95": p95} if ok else None
         for (p50, p95), ok in zip(values.tolist(), present.tolist(), strict=True)
@@ -313,27 +311,28 @@ def _distinct_replicas(sets: pl.Series, group: np.ndarray, n: int) -> np.ndarray
     """Distinct replica names per group."""
     names = sets.str.json_decode(pl.List(pl.Utf8))
     lengths = names.list.len().fill_null(0).to_numpy()
-    frame = pl.DataFrame(
-        {"g": np.repeat(group, lengths), "name": names.explode().drop_nulls()},
-        schema={"g": pl.Int64, "name": pl.Utf8},
-    )
-    counts = frame.group_by("g").agg(pl.col("name").n_unique())
-    per_group = np.zeros(n, np.int64)
-    per_group[counts["g"].to_numpy()] = counts["name"].to_numpy()
-    return per_group
+    members = names.explode().drop_nulls().cast(pl.Utf8)
+    return _distinct_per_group(np.repeat(group, lengths), members, n)
 
 
 def _distinct_keys(sets: pl.Series, group: np.ndarray, n: int) -> np.ndarray:
     """Distinct leading-prefix keys per group."""
     keys, lengths = chart.decode_keys(sets)
-    frame = pl.DataFrame({"g": np.repeat(group, lengths), "key": keys})
-    counts = frame.group_by("g").agg(pl.col("key").n_unique())
+    return _distinct_per_group(np.repeat(group, lengths), pl.Series("key", keys), n)
+
+
+def _distinct_per_group(member_group: np.ndarray, members: pl.Series, n: int) -> np.ndarray:
+    """How many distinct members each of the n groups has (`member_group[i]`: the
+    group of `members[i]`), counted over the union of the rows' sets."""
+    frame = pl.DataFrame({"g": pl.Series(member_group, dtype=pl.Int64), "member": members})
+    counts = frame.group_by("g").agg(pl.col("member").n_unique())
     per_group = np.zeros(n, np.int64)
-    per_group[counts["g"].to_numpy()] = counts["key"].to_numpy()
+    per_group[counts["g"].to_numpy()] = counts["member"].to_numpy()
     return per_group
 
 
-def _ratio(numerator: float, denominator: float) -> float | None:
+def ratio(numerator: float, denominator: float) -> float | None:
+    """numerator / denominator, None when the denominator is 0 (nothing to divide)."""
     return numerator / denominator if denominator else None
 
 
@@ -348,19 +347,19 @@ def metric_values(
         "requests": sums["requests"],
         "prompt_tokens": sums["prompt_tokens"],
         "cached_tokens": sums["cached_tokens"],
-        "hit_rate": _ratio(sums["cached_tokens"], sums["prompt_tokens"]),
+        "hit_rate": ratio(sums["cached_tokens"], sums["prompt_tokens"]),
         "fingerprinted_requests": sums["fp_requests"],
         "fingerprinted_prompt_tokens": sums["fp_prompt_tokens"],
         "cacheable_tokens": sums["cacheable_tokens"],
-        "cacheable_fraction": _ratio(sums["cacheable_tokens"], sums["fp_prompt_tokens"]),
-        "capture_ratio": _ratio(sums["fp_cached_tokens"], sums["cacheable_tokens"]),
+        "cacheable_fraction": ratio(sums["cacheable_tokens"], sums["fp_prompt_tokens"]),
+        "capture_ratio": ratio(sums["fp_cached_tokens"], sums["cacheable_tokens"]),
         "rewarms": {"total": sum(rewarms.values()), **rewarms},
         "rewarm_tokens": sums["rewarm_tokens"],
         "rewarm_tokens_by_cause": {c: int(sums[f"rewarm_tokens_{c}"]) for c in CAUSES},
-        "rewarm_share": _ratio(sums["rewarm_tokens"], sums["prompt_tokens"]),
+        "rewarm_share": ratio(sums["rewarm_tokens"], sums["prompt_tokens"]),
         "history_rewrites": sums["history_rewrites"],
         "session_requests": sums["session_requests"],
-        "unique_prefix_ratio": _ratio(distinct_prefixes, sums["fp_requests"]),
+        "unique_prefix_ratio": ratio(distinct_prefixes, sums["fp_requests"]),
         "hits": sums["hits"],
         "misses": sums["misses"],
         "ttft_ms": {"hit": ttft.get("hit", empty), "miss": ttft.get("miss", empty)},

@@ -149,6 +149,15 @@ class Watched:
         self.context.close()
 
 
+@pytest.fixture
+def watched(browser: Any) -> Iterator[Watched]:
+    page = Watched(browser)
+    try:
+        yield page
+    finally:
+        page.close()
+
+
 def save_screenshot(page: Any, tmp_path: Path, name: str) -> Path:
     path = tmp_path / f"{name}-{'postgresql' if is_postgres_run() else 'sqlite'}.png"
     page.screenshot(path=str(path), full_page=True)
@@ -161,68 +170,57 @@ def save_screenshot(page: Any, tmp_path: Path, name: str) -> Path:
 
 
 def test_dashboard_draws_every_panel_and_follows_the_service_filter(
-    server: tuple[LiveServer, str], browser: Any, tmp_path: Path
+    server: tuple[LiveServer, str], watched: Watched, tmp_path: Path
 ) -> None:
     live, token = server
-    watched = Watched(browser)
-    try:
-        watched.login(live.url, token, "/?service=assistant&range=7d")
-        page = watched.page
-        cookie = next(c for c in watched.context.cookies() if c["name"] == "cachewatch_token")
-        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
-        assert "service=assistant" in page.url
+    watched.login(live.url, token, "/?service=assistant&range=7d")
+    page = watched.page
+    cookie = next(c for c in watched.context.cookies() if c["name"] == "cachewatch_token")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    assert "service=assistant" in page.url
 
-        drawn = watched.figures()
-        for panel in PANELS:
-            traces = drawn[panel]["traces"]
-            assert traces and all(t["n"] > 0 for t in traces if t["name"] != "events"), panel
-            assert drawn[panel]["svgTraces"] >= len(traces), panel
-        hit_rate = drawn["hit_rate"]
-        assert ["line", "event-deploy"] in hit_rate["shapes"]  # an event marker ...
-        assert "v1.2.0" in hit_rate["svgText"]  # ... with its label drawn
-        assert any(kind == "rect" for kind, _ in hit_rate["shapes"])  # a regression span
-        assert any(text and text.startswith("#") for text in hit_rate["annotations"])
-        assert ["line", "budget"] in drawn["capacity"]["shapes"]  # the KV budget event
-        assert page.locator("#regressions tbody tr").count() >= 1
-        assert page.locator("#prefixes tbody tr").count() >= 1
-        assert page.text_content("#hl-hit_rate .value") not in (
-            "",
-            "\u2013",
-        )  # an en dash: nothing yet
-        save_screenshot(page, tmp_path, "dashboard")
+    drawn = watched.figures()
+    for panel in PANELS:
+        traces = drawn[panel]["traces"]
+        assert traces and all(t["n"] > 0 for t in traces if t["name"] != "events"), panel
+        assert drawn[panel]["svgTraces"] >= len(traces), panel
+    hit_rate = drawn["hit_rate"]
+    assert ["line", "event-deploy"] in hit_rate["shapes"]  # an event marker ...
+    assert "v1.2.0" in hit_rate["svgText"]  # ... with its label drawn
+    assert any(kind == "rect" for kind, _ in hit_rate["shapes"])  # a regression span
+    assert any(text and text.startswith("#") for text in hit_rate["annotations"])
+    assert ["line", "budget"] in drawn["capacity"]["shapes"]  # the KV budget event
+    assert page.locator("#regressions tbody tr").count() >= 1
+    assert page.locator("#prefixes tbody tr").count() >= 1
+    assert page.text_content("#hl-hit_rate .value") not in ("", "\u2013")  # en dash: none yet
+    save_screenshot(page, tmp_path, "dashboard")
 
-        page.select_option("select[name=service]", XSS)
-        page.wait_for_url(lambda url: "service=%3Cscript" in url)
-        watched.drawn()
-        switched = watched.figures()
-        for panel in ("hit_rate", "rewarms", "ttft", "replicas"):
-            assert switched[panel]["traces"][0]["y"] != drawn[panel]["traces"][0]["y"], panel
-        assert page.locator("select[name=service] option:checked").text_content() == XSS
-        assert watched.errors == [] and watched.dialogs == []
-    finally:
-        watched.close()
+    page.select_option("select[name=service]", XSS)
+    page.wait_for_url(lambda url: "service=%3Cscript" in url)
+    watched.drawn()
+    switched = watched.figures()
+    for panel in ("hit_rate", "rewarms", "ttft", "replicas"):
+        assert switched[panel]["traces"][0]["y"] != drawn[panel]["traces"][0]["y"], panel
+    assert page.locator("select[name=service] option:checked").text_content() == XSS
+    assert watched.errors == [] and watched.dialogs == []
 
 
 def test_html_in_names_shows_as_text_and_runs_nothing(
-    server: tuple[LiveServer, str], browser: Any, tmp_path: Path
+    server: tuple[LiveServer, str], watched: Watched, tmp_path: Path
 ) -> None:
     live, token = server
-    watched = Watched(browser)
-    try:
-        watched.login(live.url, token, "/?" + urlencode({"service": XSS, "range": "7d"}))
-        page = watched.page
-        assert page.title().startswith(XSS)
-        assert page.locator("select[name=service] option:checked").text_content() == XSS
-        assert page.locator("img[src=x]").count() == 0
-        assert page.evaluate("() => document.querySelectorAll('script').length") == 2
-        text = watched.figures()["hit_rate"]["svgText"]
-        assert any(t.startswith('"><img src=x') for t in text), text  # the deploy label
-        prefixes = page.locator("#prefixes tbody td").all_text_contents()
-        assert any(XSS in cell for cell in prefixes)
-        save_screenshot(page, tmp_path, "escaped")
-        assert watched.errors == [] and watched.dialogs == []
-    finally:
-        watched.close()
+    watched.login(live.url, token, "/?" + urlencode({"service": XSS, "range": "7d"}))
+    page = watched.page
+    assert page.title().startswith(XSS)
+    assert page.locator("select[name=service] option:checked").text_content() == XSS
+    assert page.locator("img[src=x]").count() == 0
+    assert page.evaluate("() => document.querySelectorAll('script').length") == 2
+    text = watched.figures()["hit_rate"]["svgText"]
+    assert any(t.startswith('"><img src=x') for t in text), text  # the deploy label
+    prefixes = page.locator("#prefixes tbody td").all_text_contents()
+    assert any(XSS in cell for cell in prefixes)
+    save_screenshot(page, tmp_path, "escaped")
+    assert watched.errors == [] and watched.dialogs == []
 
 
 def test_tokens_guard_the_page_and_read_api(server: tuple[LiveServer, str]) -> None:

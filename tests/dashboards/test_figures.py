@@ -4,8 +4,11 @@ import orjson
 import plotly.graph_objects as go
 
 from dashboards import figures
+from dashboards.capacity_figure import Budget, capacity_figure
 from dashboards.downsample import merge_buckets
 from dashboards.filters import MAX_POINTS
+from dashboards.markers import Markers, markers_from
+from dashboards.plotting import format_tokens, plot_text
 from tests.dashboards.helpers import XSS, bucket
 
 METRICS = {
@@ -65,8 +68,8 @@ REGRESSIONS = [
 ]
 
 
-def _markers() -> figures.Markers:
-    return figures.markers_from(EVENTS, REGRESSIONS, "2026-01-01T13:00:00Z")
+def _markers() -> Markers:
+    return markers_from(EVENTS, REGRESSIONS, "2026-01-01T13:00:00Z")
 
 
 def _all_figures() -> list[go.Figure]:
@@ -75,13 +78,13 @@ def _all_figures() -> list[go.Figure]:
         "ceiling": 0.6,
         "points": [{"tokens": 16384 * 4**i, "hit_rate": 0.1 * i} for i in range(5)],
     }
-    budget = figures.Budget(65536, "2026-01-01T09:00:00Z", XSS)
+    budget = Budget(65536, "2026-01-01T09:00:00Z", XSS)
     return [
         figures.hit_rate_figure(METRICS, marks),
         figures.rewarms_figure(METRICS, marks),
         figures.ttft_figure(METRICS, marks),
         figures.replicas_figure(METRICS, marks),
-        figures.capacity_figure(capacity, budget),
+        capacity_figure(capacity, budget),
     ]
 
 
@@ -163,7 +166,7 @@ def test_merge_buckets_keeps_sums_and_ratios_exact() -> None:
 
 
 def test_plot_text_and_format_tokens() -> None:
-    assert figures.plot_text("<a>&", 100) == "&lt;a&gt;&amp;"
-    assert figures.plot_text("x" * 50, 10) == "x" * 9 + "…"
-    assert figures.format_tokens(4_194_304) == "4Mi" and figures.format_tokens(9728) == "9.73k"
-    assert figures.format_tokens(1_500_000) == "1.5M" and figures.format_tokens(300) == "300"
+    assert plot_text("<a>&", 100) == "&lt;a&gt;&amp;"
+    assert plot_text("x" * 50, 10) == "x" * 9 + "…"
+    assert format_tokens(4_194_304) == "4Mi" and format_tokens(9728) == "9.73k"
+    assert format_tokens(1_500_000) == "1.5M" and format_tokens(300) == "300"

@@ -1,20 +1,18 @@
-"""The dashboard's fast series agree with GET /v1/metrics, bucket for bucket."""
+"""The dashboard's numbers agree with GET /v1/metrics: its time series (one series
+path, `service.services.series`) bucket for bucket, and its headline, which sums
+the chart rollups in the database (`dashboards.queries.range_totals`) and reads
+one service's rows when only one has data for the filters, against the API's
+totals, for the range and the one before it."""
 
 import math
 from typing import Any
 
-import numpy as np
 import orjson
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy.orm import Session
 
-from dashboards import queries
-from dashboards.series import series, ttft_percentiles
-from service.rollups import histogram
-from service.services import analytics_pass
-from service.services.metrics import MetricsQuery, metrics
-from service.settings import Settings
+from dashboards.plotting import plot_ts
+from service.ingest.timestamps import us_to_rfc3339
 from tests.dashboards.helpers import records
 
 T0 = 1_764_399_600  # a whole hour
@@ -27,65 +25,73 @@ def post(client: TestClient, headers: dict[str, str], rows: list[dict[str, Any]]
     assert answer.status_code == 200 and answer.json()["rejected"] == 0, answer.text
 
 
-def same(expected: Any, got: Any, path: str = "") -> None:
-    if isinstance(expected, dict):
-        for key, value in expected.items():
-            same(value, got[key], f"{path}.{key}")
-    elif isinstance(expected, float) or isinstance(got, float):
-        assert expected is not None and got is not None, path
-        assert math.isclose(expected, got, rel_tol=1e-9), (path, expected, got)
-    else:
-        assert expected == got, (path, expected, got)
+def close(expected: float | None, got: float | None) -> bool:
+    if expected is None or got is None:
+        return expected is got
+    return math.isclose(expected, got, rel_tol=1e-9)
+
+
+def headline_of(totals: dict[str, Any]) -> dict[str, Any]:
+    """The headline's numbers, as /v1/metrics totals tell them."""
+    return {
+        "requests": totals["requests"],
+        "hit_rate": totals["hit_rate"],
+        "cacheable_fraction": totals["cacheable_fraction"],
+        "capture_ratio": totals["capture_ratio"],
+        "rewarms": totals["rewarms"]["total"],
+    }
 
 
 @pytest.mark.parametrize(
-    ("grain_s", "bucket_s", "model"),
-    [(60, 60, None), (60, 300, None), (60, 900, "m2"), (3600, 3600, None), (3600, 7200, "m")],
+    ("bucket", "service", "model"),
+    [
+        ("5m", None, None),
+        ("15m", "a", None),
+        ("1h", None, "m2"),  # only service b has m2: the headline reads b's rows
+        ("1h", "b", "m"),
+    ],
 )
-def test_series_equals_metrics(
+def test_series_and_headline_equal_metrics(
     client: TestClient,
     ingest_headers: dict[str, str],
-    session: Session,
-    settings: Settings,
-    grain_s: int,
-    bucket_s: int,
+    read_headers: dict[str, str],
+    bucket: str,
+    service: str | None,
     model: str | None,
 ) -> None:
-    post(client, ingest_headers, records(500, T0, 3 * 3600, service="a", model="m"))
-    post(client, ingest_headers, records(300, T0 + 600, 2 * 3600, service="b", model="m", seed=1))
-    post(client, ingest_headers, records(200, T0, 3 * 3600, service="b", model="m2", seed=2))
-    analytics_pass.catch_up(session, settings)
-    keys = queries.series_keys(session)
-    services = tuple(sorted({s for s, _ in keys}))
-    models = tuple(sorted({m for _, m in keys}))
-    from_us, to_us = T0 * US, (T0 + 4 * 3600) * US
-    mine = series(
-        session,
-        grain_s=grain_s,
-        bucket_s=bucket_s,
-        services=services,
-        models=models,
-        model=model,
-        from_us=from_us,
-        to_us=to_us,
+    post(client, ingest_headers, records(400, T0, 5 * 3600, service="a", model="m"))
+    post(client, ingest_headers, records(300, T0 + 600, 4 * 3600, service="b", model="m", seed=1))
+    post(client, ingest_headers, records(200, T0, 5 * 3600, service="b", model="m2", seed=2))
+    filters = {k: v for k, v in (("service", service), ("model", model)) if v is not None}
+    # Two ranges of equal length, both with data: the headline compares them.
+    middle = T0 + 3 * 3600
+    view = {"from": us_to_rfc3339(middle * US), "to": us_to_rfc3339((middle + 2 * 3600) * US)}
+    before = {"from": us_to_rfc3339((middle - 2 * 3600) * US), "to": view["from"]}
+
+    answer = client.get(
+        "/dashboard/data/series", params={**filters, **view, "bucket": bucket}, headers=read_headers
     )
-    reference = metrics(session, MetricsQuery(None, model, from_us, to_us, bucket_s))["buckets"]
-    assert len(mine) == len(reference) > 1
-    for expected, got in zip(reference, mine, strict=True):
-        same(expected, got)
+    assert answer.status_code == 200, answer.text
+    dashboard = answer.json()
 
+    def api(window: dict[str, str]) -> dict[str, Any]:
+        got = client.get(
+            "/v1/metrics", params={**filters, **window, "bucket": bucket}, headers=read_headers
+        )
+        assert got.status_code == 200, got.text
+        return dict(got.json())
 
-def test_ttft_percentiles_match_the_histogram_module() -> None:
-    blobs = [
-        histogram.encode([10, 20, 30], [1, 5, 1]),
-        histogram.encode([20, 40], [2, 2]),
-        None,
-        histogram.encode([500], [3]),
-    ]
-    out = [0, 0, 0, 1]
-    got = ttft_percentiles(np.array(out), blobs)
-    merged0 = (np.array([10, 20, 30, 40]), np.array([1, 7, 1, 2]))
-    for q, name in ((0.5, "p50"), (0.95, "p95")):
-        assert got[0][name] == histogram.percentile(*merged0, q)
-        assert got[1][name] == histogram.percentile(np.array([500]), np.array([3]), q)
-    assert ttft_percentiles(np.array([0]), [None]) == {}
+    reference = api(view)
+    buckets = reference["buckets"]
+    assert len(buckets) > 1 and dashboard["points"] == len(buckets)
+    hit_rate, ceiling = dashboard["figures"]["hit_rate"]["data"][:2]
+    assert hit_rate["x"] == [plot_ts(b["ts"]) for b in buckets]
+    assert hit_rate["y"] == [round(b["hit_rate"], 4) for b in buckets]
+    assert ceiling["y"] == [round(b["cacheable_fraction"], 4) for b in buckets]
+
+    for name, window in (("current", view), ("previous", before)):
+        want = headline_of(api(window)["totals"])
+        got = dashboard["headline"][name]
+        assert want["requests"] > 0, name
+        for key, value in want.items():
+            assert close(value, got[key]), (name, key, value, got[key])

@@ -1,0 +1,169 @@
+"""Events and regressions drawn over the time-series figures: a dotted line per
+event (labelled on the hit-rate panel) and a shaded span per regression, from the
+`/v1/events` and `/v1/regressions` JSON. Text is escaped here, once (`plot_text`)."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import plotly.graph_objects as go
+
+from dashboards.plotting import event_color, plot_text, plot_ts, vertical_line
+
+SPAN_FILL = "rgba(220, 53, 69, 0.13)"
+MAX_LABELS = 60
+LABEL_CHARS = 28
+
+
+@dataclass(frozen=True)
+class EventMarker:
+    x: str
+    kind: str
+    label: str  # escaped
+    hover: str  # escaped
+
+
+@dataclass(frozen=True)
+class Span:
+    x0: str
+    x1: str
+    label: str  # escaped
+    hover: str  # escaped
+
+
+@dataclass(frozen=True)
+class Markers:
+    events: tuple[EventMarker, ...] = ()
+    spans: tuple[Span, ...] = ()
+
+
+def _event_label(event: dict[str, Any]) -> str:
+    kind = event["kind"]
+    if kind == "deploy" and event.get("deploy"):
+        return str(event["deploy"])
+    if kind == "replicas" and event.get("replicas") is not None:
+        return f"{event['replicas']} replicas"
+    return str(kind)
+
+
+def markers_from(
+    events: Sequence[dict[str, Any]], regressions: Sequence[dict[str, Any]], range_end: str
+) -> Markers:
+    """Event lines and regression spans from `/v1/events` and `/v1/regressions`
+    items. An inferred deploy event repeating a posted one (same service and tag) is
+    left out: the posted one says the same, with the caller's own description."""
+    posted_deploys = {
+        (e["service"], e.get("deploy"))
+        for e in events
+        if e["kind"] == "deploy" and e.get("source") == "posted"
+    }
+    marks = []
+    for event in sorted(events, key=lambda e: e["ts"]):
+        repeated = (event["service"], event.get("deploy")) in posted_deploys
+        if event["kind"] == "deploy" and event.get("source") == "inferred" and repeated:
+            continue
+        head = f"{event['kind']} · {event['service']} · {event['ts']} ({event.get('source')})"
+        hover = plot_text(head)
+        if event.get("description"):
+            hover += "<br>" + plot_text(event["description"])
+        marks.append(
+            EventMarker(
+                x=plot_ts(event["ts"]),
+                kind=event["kind"],
+                label=plot_text(_event_label(event), LABEL_CHARS),
+                hover=hover,
+            )
+        )
+    spans = []
+    for regression in sorted(regressions, key=lambda r: r["change_ts"]):
+        end = regression.get("resolved_at") or range_end
+        lines = [
+            f"regression #{regression['id']} · {regression['cause']} · {regression['status']}",
+            *[str(line) for line in regression.get("evidence") or []][:4],
+        ]
+        spans.append(
+            Span(
+                x0=plot_ts(regression["change_ts"]),
+                x1=plot_ts(end),
+                label=plot_text(f"#{regression['id']} {regression['cause']}", LABEL_CHARS),
+                hover="<br>".join(plot_text(line) for line in lines),
+            )
+        )
+    return Markers(tuple(marks), tuple(spans))
+
+
+def event_points(markers: Markers) -> go.Scatter:
+    """One point per event at the top of the hit-rate panel: hover tells what changed."""
+    return go.Scatter(
+        x=[e.x for e in markers.events],
+        y=[1.04] * len(markers.events),
+        name="events",
+        mode="markers",
+        marker={
+            "symbol": "triangle-down",
+            "size": 9,
+            "color": [event_color(e.kind) for e in markers.events],
+        },
+        hovertext=[e.hover for e in markers.events],
+        hoverinfo="text",
+    )
+
+
+def apply_markers(figure: go.Figure, markers: Markers, labels: bool) -> None:
+    """Spans and event lines as layout shapes (labelled when `labels`)."""
+    shapes: list[dict[str, Any]] = []
+    annotations: list[dict[str, Any]] = []
+    for span in markers.spans:
+        shapes.append(
+            {
+                "type": "rect",
+                "xref": "x",
+                "yref": "paper",
+                "x0": span.x0,
+                "x1": span.x1,
+                "y0": 0,
+                "y1": 1,
+                "fillcolor": SPAN_FILL,
+                "line": {"width": 0},
+                "layer": "below",
+                "name": "regression",
+            }
+        )
+        if labels:
+            annotations.append(
+                {
+                    "x": span.x0,
+                    "y": 0,
+                    "xref": "x",
+                    "yref": "paper",
+                    "xanchor": "left",
+                    "yanchor": "bottom",
+                    "text": span.label,
+                    "hovertext": span.hover,
+                    "showarrow": False,
+                    "font": {"size": 10, "color": "#a71d2a"},
+                    "bgcolor": "rgba(255,255,255,0.7)",
+                }
+            )
+    for i, event in enumerate(markers.events):
+        color = event_color(event.kind)
+        line = {"color": color, "width": 1, "dash": "dot"}
+        shapes.append(vertical_line(event.x, line, f"event-{event.kind}"))
+        # The newest labels matter most when there are too many to read.
+        if labels and i >= len(markers.events) - MAX_LABELS:
+            annotations.append(
+                {
+                    "x": event.x,
+                    "y": 1,
+                    "xref": "x",
+                    "yref": "paper",
+                    "xanchor": "right",
+                    "yanchor": "top",
+                    "textangle": -90,
+                    "text": event.label,
+                    "hovertext": event.hover,
+                    "showarrow": False,
+                    "font": {"size": 10, "color": color},
+                }
+            )
+    figure.update_layout(shapes=shapes, annotations=annotations)
