@@ -11,9 +11,7 @@ would read as a dip."""
 import re
 from dataclasses import dataclass
 
-from fastapi import HTTPException
-
-from service.api.params import parse_time_param
+from service.ingest.timestamps import parse_ts_text
 
 MINUTE_S = 60
 HOUR_S = 3600
@@ -44,15 +42,11 @@ def parse_duration(name: str, value: str) -> int:
 
 
 def parse_time(name: str, value: str) -> int:
-    """RFC 3339 or an epoch number: the API's own `from`/`to` parsing
-    (`parse_time_param`), so a link works on both; its 422 becomes a FilterError."""
+    """RFC 3339 or an epoch number, as the API's `from`/`to`, so a link works on both."""
     try:
-        parsed = parse_time_param(name, value)
-    except HTTPException as exc:
-        raise FilterError(str(exc.detail)) from None
-    if parsed is None:
-        raise FilterError(f"`{name}`: empty")
-    return parsed
+        return parse_ts_text(value)
+    except ValueError as exc:
+        raise FilterError(f"`{name}`: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from typing import Annotated, Any
 
 from fastapi import HTTPException, Query
 
-from service.ingest.timestamps import parse_ts
+from service.ingest.timestamps import parse_ts_text
 
 # No stored text holds a NUL (PostgreSQL refuses one), so a parameter with one can
 # match nothing: refused by validation (422) instead of failing inside the query.
@@ -27,12 +27,6 @@ def parse_time_param(name: str, value: str | None) -> int | None:
     if value is None or value == "":
         return None
     try:
-        number = float(value)
-    except ValueError:
-        number = None
-    try:
-        if number is not None:
-            return parse_ts(int(number) if number.is_integer() else number)
-        return parse_ts(value)
-    except (ValueError, OverflowError) as exc:
+        return parse_ts_text(value)
+    except ValueError as exc:
         raise HTTPException(422, f"`{name}`: {exc}") from None

@@ -20,6 +20,18 @@ def parse_ts(value: object) -> int:
     raise ValueError("ts must be an RFC 3339 string or a number")
 
 
+def parse_ts_text(text: str) -> int:
+    """A `ts` written in a query string (`from`, `to`): an epoch number in any of
+    its magnitudes, or RFC 3339. ValueError says why not."""
+    try:
+        number = float(text)
+    except ValueError:
+        return parse_ts(text)
+    if number.is_integer():  # "1714564800" stays an exact int, not a float
+        return parse_ts(int(number))
+    return parse_ts(number)
+
+
 def _epoch_number_to_us(value: float) -> int:
     if not math.isfinite(value):
         raise ValueError("ts must be a finite number")

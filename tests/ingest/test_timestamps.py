@@ -1,6 +1,6 @@
 import pytest
 
-from service.ingest.timestamps import parse_ts, us_to_rfc3339
+from service.ingest.timestamps import parse_ts, parse_ts_text, us_to_rfc3339
 
 SECOND = 1_700_000_000
 EXPECTED_US = SECOND * 1_000_000
@@ -39,3 +39,22 @@ def test_bad_ts(value: object) -> None:
 def test_rfc3339_output() -> None:
     assert us_to_rfc3339(EXPECTED_US) == "2023-11-14T22:13:20Z"
     assert us_to_rfc3339(EXPECTED_US + 5) == "2023-11-14T22:13:20.000005Z"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1700000000", EXPECTED_US),
+        ("1700000000000", EXPECTED_US),
+        ("1700000000.5", EXPECTED_US + 500_000),
+        ("2023-11-14T22:13:20Z", EXPECTED_US),
+    ],
+)
+def test_ts_in_a_query_string(text: str, expected: int) -> None:
+    assert parse_ts_text(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "1E100", "inf", "nan", "-1", "yesterday"])
+def test_bad_ts_in_a_query_string(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_ts_text(text)
