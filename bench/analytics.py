@@ -216,7 +216,6 @@ def w_query(p: Params) -> Params:
 
     timed(repository, "fetch_rollups")
     timed(repository, "fetch_prefix_keys")
-    timed(metrics_mod, "_ttft_percentiles")
     series_mod = getattr(metrics_mod, "series_path", None)  # the chart-rollup read path
     if series_mod is not None:
         timed(series_mod.queries, "chart_extent")

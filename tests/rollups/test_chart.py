@@ -20,8 +20,8 @@ from service.repository.series import CHART_COLUMNS, CHART_TABLE, Segment
 from service.rollups import chart, histogram
 from service.rollups.aggregate import SUM_COLUMNS
 from service.services import analytics_pass, series
-from service.services.metrics import _ttft_percentiles
 from service.settings import Settings
+from tests.rollups.helpers import ttft_percentiles
 
 T0 = 1_764_457_200  # 2025-11-29T23:00:00Z: the data crosses midnight
 US = 1_000_000
@@ -127,7 +127,7 @@ def _reference(
         pl.col("replica").filter(pl.col("replica") != "").n_unique().alias("replicas"),
     )
     distinct = dict(prefixes.group_by("out").agg(pl.col("first_key").n_unique()).iter_rows())
-    ttft = _ttft_percentiles(rows, "out")
+    ttft = ttft_percentiles(rows, "out")
     return [
         series.metric_values(r, r["replicas"], distinct.get(r["out"], 0), ttft.get(r["out"], {}))
         for r in sums.sort("out").iter_rows(named=True)

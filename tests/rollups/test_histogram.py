@@ -5,7 +5,7 @@ import numpy as np
 import polars as pl
 
 from service.rollups import histogram
-from service.services.metrics import _ttft_percentiles
+from tests.rollups.helpers import ttft_percentiles
 
 
 def exact(values: list[float], q: float) -> float:
@@ -29,7 +29,7 @@ def test_percentiles_within_one_percent_after_merging_rows() -> None:
     for out, values in buckets.items():
         for part in (values[: len(values) // 3], values[len(values) // 3 :]):  # two rows each
             rows.append({"out": out, "ttft_hit": blob(part), "ttft_miss": None})
-    merged = _ttft_percentiles(pl.DataFrame(rows), "out")
+    merged = ttft_percentiles(pl.DataFrame(rows), "out")
     for out, values in buckets.items():
         for name, q in (("p50", 0.5), ("p95", 0.95)):
             got = merged[out]["hit"][name]
