@@ -204,14 +204,7 @@ def regressions_in_range(
     session: Session, service: str | None, model: str | None, from_us: int, to_us: int
 ) -> list[Regression]:
     """Regressions whose span (change to resolution, or still open) meets the range."""
-    rows = detection_queries.list_regressions(session, service, None, 1000)
-    return [
-        r
-        for r in rows
-        if (model is None or r.model == model)
-        and r.change_ts_us < to_us
-        and (r.resolved_at_us is None or r.resolved_at_us >= from_us)
-    ]
+    return list(detection_queries.regressions_overlapping(session, service, model, from_us, to_us))
 
 
 def busiest_model(session: Session, scope: Scope) -> str | None:

@@ -179,3 +179,21 @@ def list_regressions(
     if status is not None:
         query = query.where(Regression.status == status)
     return session.scalars(query.limit(limit)).all()
+
+
+def regressions_overlapping(
+    session: Session, service: str | None, model: str | None, from_us: int, to_us: int
+) -> Sequence[Regression]:
+    """Regressions whose span (change to resolution, or still open) meets
+    [from_us, to_us), newest first: however many came before, none is missed."""
+    query = select(Regression).where(
+        Regression.change_ts_us < to_us,
+        (Regression.resolved_at_us.is_(None)) | (Regression.resolved_at_us >= from_us),
+    )
+    if service is not None:
+        query = query.where(Regression.service == service)
+    if model is not None:
+        query = query.where(Regression.model == model)
+    return session.scalars(
+        query.order_by(Regression.change_ts_us.desc(), Regression.id.desc())
+    ).all()
