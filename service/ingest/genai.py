@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from service.ingest.otlp import OtlpItem
+from service.ingest.records import INT64_MAX, UsageRecordIn
 
 # First name present wins: the current semantic conventions, then older names
 # still emitted by instrumentations (OpenLLMetry, OpenLIT, older semconv).
@@ -46,27 +47,11 @@ TTFT_SECONDS = ("gen_ai.server.time_to_first_token",)
 # OpenLLMetry adds one event per streamed chunk: the first one is the first token.
 FIRST_CHUNK_EVENTS = frozenset({"llm.content.completion.chunk", "gen_ai.completion.chunk"})
 PREFIX = "cachewatch."
-_INT64_MAX = 2**63 - 1
-# `cachewatch.<field>` sets a record field directly and wins over any mapping.
-OVERRIDABLE = (
-    "request_id",
-    "service",
-    "model",
-    "prompt_tokens",
-    "cached_tokens",
-    "completion_tokens",
-    "ttft_ms",
-    "replica",
-    "deploy",
-    "session_id",
-    "cache_key",
-    "tenant",
-    "block_size",
-    "block_hashes",
-    "prefix_hash",
-    "prefix_tokens",
-    "segments",
-)
+# `cachewatch.<field>` sets a record field directly and wins over any mapping: every
+# field of a record but `ts` and `latency_ms` (the span's own timing) and
+# `attributes` (not mapped). In the model's order, which is the record's key order.
+_NOT_OVERRIDABLE = frozenset({"ts", "latency_ms", "attributes"})
+OVERRIDABLE = tuple(name for name in UsageRecordIn.model_fields if name not in _NOT_OVERRIDABLE)
 _USAGE_NAMES = frozenset((*INPUT_TOKENS, *CACHE_READ, *OUTPUT_TOKENS, PREFIX + "prompt_tokens"))
 
 
@@ -163,8 +148,11 @@ def _sum(*values: Any) -> Any:
         if values[0] is None:
             return None
         total = sum(present)
-        # Over the int64 columns: a string, which validation rejects as not an integer.
-        return total if total <= _INT64_MAX else f"{total} (over 2^63-1)"
+        # Beyond the int64 columns: a string, which validation rejects as not an
+        # integer (an int orjson could not even write into the body).
+        if total > INT64_MAX:
+            return f"{total} (over 2^63-1)"
+        return total if total >= -INT64_MAX - 1 else f"{total} (under -2^63)"
     return next(v for v in present if not (isinstance(v, int) and not isinstance(v, bool)))
 
 

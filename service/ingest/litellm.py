@@ -9,24 +9,26 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from service.ingest.body import BodyItem
+from service.ingest.records import UsageRecordIn
 
 DEFAULT_SERVICE = "litellm"
 # Record fields a caller may set in its request metadata, as `cachewatch_<field>`
-# keys or inside a `cachewatch` object (e.g. the output of `fingerprint()`).
-METADATA_FIELDS = (
-    "service",
-    "deploy",
-    "tenant",
-    "replica",
-    "session_id",
-    "cache_key",
-    "block_size",
-    "block_hashes",
-    "prefix_hash",
-    "prefix_tokens",
-    "segments",
-    "attributes",
+# keys or inside a `cachewatch` object (e.g. the output of `fingerprint()`): every
+# field of a record but those LiteLLM itself knows better (the call's id, time,
+# model, token counts and timings).
+_MEASURED = frozenset(
+    {
+        "request_id",
+        "ts",
+        "model",
+        "prompt_tokens",
+        "cached_tokens",
+        "completion_tokens",
+        "ttft_ms",
+        "latency_ms",
+    }
 )
+METADATA_FIELDS = tuple(name for name in UsageRecordIn.model_fields if name not in _MEASURED)
 
 
 def is_litellm_payload(value: Any) -> bool:

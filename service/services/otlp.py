@@ -4,9 +4,9 @@ stored as usage records.
 The mapped records go through `ingest_usage`, the very path of POST /v1/usage, so
 validation, idempotency (request_id), the rejected store and the commit before
 the answer are the same. Each mapped record carries its source span under `otlp`
-(an unknown field, ignored when valid): a rejected one is kept with what was sent."""
+(an unknown field, ignored when valid): a rejected one is kept with what was sent.
+`ingest_usage` takes a body, so the records are written as one JSON array for it."""
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,21 +16,20 @@ from sqlalchemy.orm import Session
 from service import repository, telemetry
 from service.ingest import genai, otlp
 from service.ingest.body import UndecodableBody, decompress
-from service.services.ingestion import ingest_usage
+from service.services.ingestion import IngestOutcome, ingest_usage
 
 MAX_ERROR_MESSAGES = 5
+_UNWRITABLE = "(a value nested too deeply to store)"
 
 
 @dataclass
-class OtlpOutcome:
-    accepted: int = 0
-    duplicates: int = 0
-    rejected: int = 0
+class OtlpOutcome(IngestOutcome):
+    """What `ingest_usage` made of the mapped records, and what OTLP's answer adds."""
+
     # Items of the request that are not GenAI calls: not stored, not rejected.
     ignored: int = 0
+    # `partial_success.error_message`: the first rejections, for the exporter's log.
     error_message: str = ""
-    # Set when the body could not be decoded at all (the answer is 400).
-    undecodable: str | None = None
 
 
 def ingest_otlp(
@@ -51,16 +50,16 @@ def ingest_otlp(
         return OtlpOutcome(rejected=1, undecodable=str(exc))
 
     records: list[dict[str, Any]] = []
-    outcome = OtlpOutcome()
+    ignored = 0
     for item in otlp.items(request, signal):
         if not genai.is_genai(item):
-            outcome.ignored += 1
+            ignored += 1
             continue
         record = genai.to_record(item)
         record["otlp"] = {"signal": signal, "item": otlp.source_json(item.source)}
         records.append(record)
     if not records:
-        return outcome
+        return OtlpOutcome(ignored=ignored)
 
     batch = _serialize(records)
     stored = ingest_usage(
@@ -71,19 +70,25 @@ def ingest_otlp(
         received_us=received_us,
         endpoint=f"otlp/{signal}",
     )
-    outcome.accepted = stored.accepted
-    outcome.duplicates = stored.duplicates
-    outcome.rejected = stored.rejected
-    if stored.errors:
-        noun = "span" if signal == "traces" else "log record"
-        shown = [
-            f"{noun} {e['request_id'] or e['index']}: {e['error']}"
-            for e in stored.errors[:MAX_ERROR_MESSAGES]
-        ]
-        more = stored.rejected - len(shown)
-        outcome.error_message = "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
-        outcome.error_message += " (kept in GET /v1/rejected)"
-    return outcome
+    return OtlpOutcome(
+        **vars(stored), ignored=ignored, error_message=_error_message(stored, signal)
+    )
+
+
+def _error_message(stored: IngestOutcome, signal: otlp.Signal) -> str:
+    if not stored.errors:
+        return ""
+    noun = "span" if signal == "traces" else "log record"
+    shown = [
+        f"{noun} {e['request_id'] or e['index']}: {e['error']}"
+        for e in stored.errors[:MAX_ERROR_MESSAGES]
+    ]
+    more = stored.rejected - len(shown)
+    return (
+        "; ".join(shown)
+        + (f"; and {more} more" if more > 0 else "")
+        + " (kept in GET /v1/rejected)"
+    )
 
 
 def keep_undecodable(
@@ -111,11 +116,14 @@ def _serialize(records: list[dict[str, Any]]) -> bytes:
         return orjson.dumps(records)
     except (orjson.JSONEncodeError, TypeError):
         pass
-    # A source too deeply nested for orjson: keep it as OTLP JSON text instead.
+    # orjson writes at most 254 levels. The span under `otlp` never has that many
+    # (the decoders stop at fewer), but `cachewatch.segments` text may parse to a
+    # deeper value: that field is replaced by a note, validation rejects the record
+    # for it, and the span as sent is still under `otlp`.
     for record in records:
-        try:
-            orjson.dumps(record)
-        except (orjson.JSONEncodeError, TypeError):
-            source = record["otlp"]["item"]
-            record["otlp"]["item"] = json.dumps(source)
+        for name, value in record.items():
+            try:
+                orjson.dumps([{name: value}])  # at its depth in the body
+            except (orjson.JSONEncodeError, TypeError):
+                record[name] = _UNWRITABLE
     return orjson.dumps(records)

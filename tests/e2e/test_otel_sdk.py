@@ -142,7 +142,8 @@ def check_stored(stored: list[UsageRecord]) -> None:
     # Anthropic's own field names: input_tokens counts the uncached part only.
     assert (claude_row.prompt_tokens, claude_row.cached_tokens) == (3012, 3000)
     assert len(claude_row.request_id) == 48  # trace id + span id, hex
-    assert claude_row.ttft_ms is not None and 15 <= claude_row.ttft_ms < claude_row.latency_ms
+    ttft, latency = claude_row.ttft_ms, claude_row.latency_ms
+    assert ttft is not None and latency is not None and 15 <= ttft < latency
 
 
 @pytest.mark.parametrize("compression", [Compression.NoCompression, Compression.Gzip])
