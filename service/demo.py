@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ import httpx
 from service import migrate
 from service.alerts.delivery import deliver_due
 from service.db import make_engine, make_sessionmaker
+from service.server_process import free_port, start_server, stop_server
 from service.services.tokens import Scope, create_token
 from service.settings import Settings
 from service.simulate import (
@@ -144,23 +144,7 @@ def _check_port_free(port: int) -> None:
 
 def _start_server(env: dict[str, str], port: int, log: Path) -> DemoServer:
     _check_port_free(port)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
-        env=env,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited; see {log}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return DemoServer(url, process)
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    raise RuntimeError(f"the server did not start; see {log}")
+    return DemoServer(f"http://127.0.0.1:{port}", start_server(env, port, log))
 
 
 def _prepare_database(database_url: str) -> tuple[str, str]:
@@ -197,7 +181,7 @@ def run_demo(folder: Path, port: int, keep_serving: bool = True) -> list[dict[st
     else:
         sink_path = folder / "slack-messages.jsonl"
         sink_path.unlink(missing_ok=True)
-        sink = start_slack_sink(sink_path, _free_port())
+        sink = start_slack_sink(sink_path, free_port())
         env["CACHEWATCH_SLACK_WEBHOOK_URL"] = sink.url
     ingest, admin = _prepare_database(env["CACHEWATCH_DATABASE_URL"])
     server = _start_server(env, port, folder / "server.log")
@@ -233,20 +217,13 @@ def run_demo(folder: Path, port: int, keep_serving: bool = True) -> list[dict[st
     except KeyboardInterrupt:
         return []
     finally:
-        server.process.terminate()
-        server.process.wait(10)
+        stop_server(server.process)
         if sink is not None:
             sink.stop()
 
 
 def _since(started: float) -> str:
     return f"at {time.monotonic() - started:.0f} s"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _deliver_alerts(env: dict[str, str], sink: SlackSink | None) -> None:
