@@ -162,6 +162,11 @@ def test_bad_filters_are_explained(client: TestClient, read_headers: dict[str, s
     assert data.status_code == 422 and "`from`" in data.json()["detail"]
     long = client.get("/dashboard/data/series?service=" + "x" * 101, headers=read_headers)
     assert long.status_code == 422
+    # A NUL matches no stored text (and PostgreSQL refuses it): refused, never a 500.
+    for path in ("series?service=%00", "tables?model=a%00", "capacity?model=%00"):
+        answer = client.get(f"/dashboard/data/{path}", headers=read_headers)
+        assert answer.status_code == 422 and "NUL" in answer.json()["detail"], path
+    assert client.get("/?service=%00", headers=read_headers).status_code == 400
 
 
 def test_plotly_js_is_served_from_the_installed_package(client: TestClient) -> None:

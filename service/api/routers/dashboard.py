@@ -49,8 +49,11 @@ PAGE_HEADERS = {
 def raw_filters(request: Request) -> RawFilters:
     params = request.query_params
     for name, limit in _LIMITS.items():
-        if len(params.get(name, "")) > limit:
+        value = params.get(name, "")
+        if len(value) > limit:
             raise FilterError(f"`{name}` is longer than {limit} characters")
+        if "\x00" in value:  # as the API's parameters: no stored text holds one
+            raise FilterError(f"`{name}` contains a NUL character")
     return RawFilters(
         service=params.get("service", ""),
         model=params.get("model", ""),
