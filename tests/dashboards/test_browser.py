@@ -192,6 +192,16 @@ def test_dashboard_draws_every_panel_and_follows_the_service_filter(
     assert ["line", "budget"] in drawn["capacity"]["shapes"]  # the KV budget event
     assert page.locator("#regressions tbody tr").count() >= 1
     assert page.locator("#prefixes tbody tr").count() >= 1
+    # Counts are grouped by thousands as the API's numbers are (formatted by hand in
+    # dashboard.js, not by the locale: an exact match).
+    tables = page.evaluate(
+        "async (q) => (await fetch('/dashboard/data/tables?' + q)).json()",
+        "service=assistant&range=7d",
+    )
+    first = tables["prefixes"][0]
+    cells = page.locator("#prefixes tbody tr").first.locator("td").all_text_contents()
+    assert first["prompt_tokens"] >= 1000
+    assert cells[2:4] == [f"{first['requests']:,}", f"{first['prompt_tokens']:,}"]
     assert page.text_content("#hl-hit_rate .value") not in ("", "\u2013")  # en dash: none yet
     save_screenshot(page, tmp_path, "dashboard")
 
