@@ -11,10 +11,11 @@ so the capacity panel replays at its worst case; the analytics cursor is set pas
 them so no data request recomputes anything.
 
 Then, against a real `cachewatch serve` on that database (public read):
-1. the page in Chromium (`/usr/bin/chromium`): navigation start to every panel
-   drawn, for the first view (nothing cached: server answers computed, capacity
-   replayed), then per run a cold browser (new context, empty cache; server answers
-   cached) and a warm one (reload);
+1. the page in Chromium (`/usr/bin/chromium`): first the baseline, a cold page
+   loading only plotly.min.js; then navigation start to every panel drawn, for the
+   first view (nothing cached: server answers computed, capacity replayed), then
+   per run a cold browser (new context, empty cache; server answers cached) and a
+   warm one (reload);
 2. each data request of the page (series, capacity, tables) for several views:
    computed (a nonce parameter misses the server's answer cache) and cached, and
    each figure's JSON payload (uncompressed) and the bytes sent (gzip).
@@ -399,12 +400,44 @@ def figure_sizes(payload: dict[str, Any]) -> dict[str, int]:
     return {}
 
 
+def plotly_floor(browser: Any, url: str, repeat: int) -> list[float]:
+    """The baseline in the same run: a cold page that only loads the server's
+    plotly.min.js (the URL, compression and caching the dashboard uses) and notes
+    when it is evaluated. The dashboard cannot draw before that."""
+    from dashboards.page import static_url
+
+    floor_page = (
+        f'<!doctype html><html><body><script src="{static_url("plotly.min.js")}"></script>'
+        "<script>document.body.dataset.at = String(Math.round(performance.now()))</script>"
+        "</body></html>"
+    )
+    times = []
+    for _ in range(repeat):
+        context = browser.new_context()
+        page = context.new_page()
+        page.route(
+            f"{url}/__plotly_floor",
+            lambda route, _request: route.fulfill(body=floor_page, content_type="text/html"),
+        )
+        page.goto(f"{url}/__plotly_floor")
+        page.wait_for_function("() => document.body.dataset.at", timeout=60_000)
+        times.append(float(page.evaluate("() => document.body.dataset.at")))
+        context.close()
+    return times
+
+
 def time_browser(url: str, repeat: int) -> list[tuple[str, str, float]]:
     from playwright.sync_api import sync_playwright
 
     out = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        floor = plotly_floor(browser, url, repeat)
+        print(
+            f"  {'baseline: plotly.min.js alone':32} cold: best {min(floor):6.0f} ms, median "
+            f"{statistics.median(floor):6.0f} ms (navigation start to Plotly defined)"
+        )
+        out.append(("plotly.min.js alone", "floor", min(floor)))
         for label, query in list(VIEWS.items())[:4]:
             colds, warms, first = [], [], None
             for _ in range(repeat):
@@ -488,6 +521,11 @@ def main() -> None:
     print(f"slowest data request, computed: {worst_request:.0f} ms (goal <= 300 ms)")
     print(f"slowest data request, cached: {max(r['cached_ms'] for r in requests):.0f} ms")
     print(f"slowest cold page load, all drawn: {worst_load:.0f} ms (goal <= 1500 ms)")
+    floor = next((r[2] for r in loads if r[1] == "floor"), float("nan"))
+    print(
+        f"  of which plotly.min.js alone takes {floor:.0f} ms cold (same run): "
+        f"page / plotly alone = {worst_load / floor:.2f}"
+    )
     print(f"largest figure payload: {biggest / 1024:.0f} KiB (goal <= 1024 KiB)")
 
 
