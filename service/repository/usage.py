@@ -36,10 +36,10 @@ def insert_usage_values(session: Session, values: Sequence[tuple[Any, ...]]) -> 
     # processing (stdlib json even for a None JSON value) cost as much as SQLite's
     # own work. sqlite3's executemany rowcount is the sum over the rows: conflicts
     # count 0.
-    return session.connection().exec_driver_sql(_SQLITE_INSERT_USAGE, list(values)).rowcount
+    return session.connection().exec_driver_sql(SQLITE_INSERT_USAGE, list(values)).rowcount
 
 
-_SQLITE_INSERT_USAGE = (
+SQLITE_INSERT_USAGE = (
     f"INSERT INTO usage_records ({', '.join(USAGE_COLUMNS)}) "
     f"VALUES ({', '.join('?' * len(USAGE_COLUMNS))}) ON CONFLICT (request_id) DO NOTHING"
 )
