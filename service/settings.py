@@ -29,6 +29,10 @@ class Settings(BaseSettings):
     # How long a writer waits for SQLite's lock before the request answers 503.
     sqlite_busy_timeout_ms: int = Field(5000, ge=0)
     retry_after_s: int = Field(5, ge=1)
+    # A valid token is looked up at most once per this many seconds per process
+    # (service.services.tokens.TokenCache): revoking one takes effect within it.
+    # 0 looks every request's token up.
+    token_cache_s: float = Field(5.0, ge=0)
     # Run the background jobs (analytics pass, detection, alerts) inside `serve`.
     # With several API replicas, leave it on everywhere or on one: each job takes a
     # database lock, so it runs once at a time either way.

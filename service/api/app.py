@@ -20,6 +20,7 @@ from service.api.routers import (
     usage,
 )
 from service.db import make_engine, make_sessionmaker
+from service.services.tokens import TokenCache
 from service.settings import Settings, get_settings
 
 
@@ -43,6 +44,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = make_engine(settings)
     app.state.sessionmaker = make_sessionmaker(app.state.engine)
+    app.state.token_cache = TokenCache(settings.token_cache_s)
     install_error_handlers(app)
     for module in (usage, events, rejected, metrics, regressions, alerts, health):
         app.include_router(module.router)

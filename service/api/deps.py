@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 
 from service.db import get_session
 from service.ingest.body import BodyTooLarge
-from service.services.tokens import Scope, allows, token_scope
+from service.services.tokens import Scope, TokenCache, allows, token_scope
 from service.settings import Settings
 
 # scope="function": the session commits before the response is sent.
@@ -40,7 +40,9 @@ def require_scope(needed: Scope) -> Callable[..., None]:
         token = _presented_token(request)
         if token is None:
             raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
-        granted = token_scope(session, token[:512])
+        token = token[:512]
+        cache: TokenCache = request.app.state.token_cache
+        granted = cache.scope(token, lambda: token_scope(session, token))
         if granted is None:
             raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
         if not allows(granted, needed):

@@ -49,6 +49,36 @@ def test_tokens_are_looked_up_by_digest(
     assert asked == [sha256(token), sha256(near_miss)]  # never the token itself
 
 
+@pytest.mark.parametrize(("cache_s", "lookups"), [(5.0, 1), (0.0, 3)])
+def test_ingest_looks_a_token_up_once_per_cache_period(
+    app: FastAPI,
+    make_token: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    cache_s: float,
+    lookups: int,
+) -> None:
+    app.state.token_cache = token_service.TokenCache(cache_s)
+    headers = {"Authorization": f"Bearer {make_token('ingest')}"}
+    asked: list[str] = []
+    find = token_service.repository.find_token
+
+    def spy(session: Session, token_hash: str) -> ApiToken | None:
+        asked.append(token_hash)
+        return find(session, token_hash)
+
+    monkeypatch.setattr(token_service.repository, "find_token", spy)
+    with TestClient(app) as client:
+        for i in range(3):
+            body = f'{{"request_id": "tc-{i}", "ts": 1, "service": "s", "model": "m", '
+            answer = client.post("/v1/usage", content=body + '"prompt_tokens": 1}', headers=headers)
+            assert answer.status_code == 200 and answer.json()["accepted"] == 1
+        # A wrong token is still refused, and asked each time.
+        wrong = {"Authorization": "Bearer cw_not-a-token"}
+        for _ in range(2):
+            assert client.post("/v1/usage", content=b"{}", headers=wrong).status_code == 401
+    assert len(asked) == lookups + 2
+
+
 DASHBOARD_DATA = ["/dashboard/data/series", "/dashboard/data/capacity", "/dashboard/data/tables"]
 
 
