@@ -31,10 +31,9 @@ def test_the_database_holds_digests_never_tokens(make_token: Any, session: Sessi
             assert not any(token in value or token[3:] in value for value in values)
 
 
-def test_tokens_are_looked_up_by_digest(
-    make_token: Any, session: Session, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    token = make_token("read")
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The digests the token lookup asks the database for, in order."""
     asked: list[str] = []
     find = token_service.repository.find_token
 
@@ -43,6 +42,13 @@ def test_tokens_are_looked_up_by_digest(
         return find(session, token_hash)
 
     monkeypatch.setattr(token_service.repository, "find_token", spy)
+    return asked
+
+
+def test_tokens_are_looked_up_by_digest(
+    make_token: Any, session: Session, asked: list[str]
+) -> None:
+    token = make_token("read")
     assert token_scope(session, token) is Scope.READ
     near_miss = token[:-1] + ("A" if token[-1] != "A" else "B")
     assert token_scope(session, near_miss) is None
@@ -51,22 +57,10 @@ def test_tokens_are_looked_up_by_digest(
 
 @pytest.mark.parametrize(("cache_s", "lookups"), [(5.0, 1), (0.0, 3)])
 def test_ingest_looks_a_token_up_once_per_cache_period(
-    app: FastAPI,
-    make_token: Any,
-    monkeypatch: pytest.MonkeyPatch,
-    cache_s: float,
-    lookups: int,
+    app: FastAPI, make_token: Any, asked: list[str], cache_s: float, lookups: int
 ) -> None:
     app.state.token_cache = token_service.TokenCache(cache_s)
     headers = {"Authorization": f"Bearer {make_token('ingest')}"}
-    asked: list[str] = []
-    find = token_service.repository.find_token
-
-    def spy(session: Session, token_hash: str) -> ApiToken | None:
-        asked.append(token_hash)
-        return find(session, token_hash)
-
-    monkeypatch.setattr(token_service.repository, "find_token", spy)
     with TestClient(app) as client:
         for i in range(3):
             body = f'{{"request_id": "tc-{i}", "ts": 1, "service": "s", "model": "m", '
