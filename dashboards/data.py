@@ -132,6 +132,7 @@ def markers(session: Session, view: View) -> Markers:
     return markers_from(
         [event_to_json(e) for e in events],
         [regression_to_json(r) for r in regressions],
+        us_to_rfc3339(view.from_us),
         us_to_rfc3339(view.to_us),
     )
 

@@ -3,7 +3,8 @@ event (labelled on the hit-rate panel) and a shaded span per regression, from th
 `/v1/events` and `/v1/regressions` JSON. Text is escaped here, once (`plot_text`)."""
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 import plotly.graph_objects as go
@@ -13,14 +14,19 @@ from dashboards.plotting import event_color, plot_text, plot_ts, vertical_line
 SPAN_FILL = "rgba(220, 53, 69, 0.13)"
 MAX_LABELS = 60
 LABEL_CHARS = 28
+# Vertical labels that fit side by side across the hit-rate panel (~1,200 px, a
+# 10 px label needs ~14): events closer than one slot share one label.
+LABEL_SLOTS = 80
+GROUP_HOVER_LINES = 8
 
 
 @dataclass(frozen=True)
 class EventMarker:
     x: str
     kind: str
-    label: str  # escaped
+    label: str  # escaped; empty when a nearby earlier event's label speaks for it
     hover: str  # escaped
+    label_hover: str = ""  # escaped: every event the label stands for
 
 
 @dataclass(frozen=True)
@@ -46,19 +52,54 @@ def _event_label(event: dict[str, Any]) -> str:
     return str(kind)
 
 
+def _epoch_s(rfc3339: str) -> float:
+    return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
+
+
+def _share_labels(
+    marks: list[EventMarker], times_s: list[float], slot_s: float
+) -> list[EventMarker]:
+    """Events (in time order) closer than `slot_s` to the first of their group share
+    its label, "v1.2.0 +3", whose hover lists them all: several services deploying
+    in the same minute otherwise print their labels over each other, unreadable
+    (and each label is a text Plotly measures, ~3 ms of the page's first draw)."""
+    groups: list[list[int]] = []
+    for i, t in enumerate(times_s):
+        if groups and t - times_s[groups[-1][0]] < slot_s:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    shared = list(marks)
+    for group in groups:
+        first = marks[group[0]]
+        hovers = [marks[i].hover for i in group]
+        if len(hovers) > GROUP_HOVER_LINES:
+            more = len(hovers) - GROUP_HOVER_LINES + 1
+            hovers = [*hovers[: GROUP_HOVER_LINES - 1], f"… and {more} more"]
+        label = first.label + (f" +{len(group) - 1}" if len(group) > 1 else "")
+        shared[group[0]] = replace(first, label=label, label_hover="<br>".join(hovers))
+        for i in group[1:]:
+            shared[i] = replace(marks[i], label="")
+    return shared
+
+
 def markers_from(
-    events: Sequence[dict[str, Any]], regressions: Sequence[dict[str, Any]], range_end: str
+    events: Sequence[dict[str, Any]],
+    regressions: Sequence[dict[str, Any]],
+    range_start: str,
+    range_end: str,
 ) -> Markers:
     """Event lines and regression spans from `/v1/events` and `/v1/regressions`
     items. An inferred deploy event repeating a posted one (same service and tag) is
-    left out: the posted one says the same, with the caller's own description."""
+    left out: the posted one says the same, with the caller's own description.
+    Events closer than 1/LABEL_SLOTS of the range share one label."""
     posted_deploys = {
         (e["service"], e.get("deploy"))
         for e in events
         if e["kind"] == "deploy" and e.get("source") == "posted"
     }
-    marks = []
-    for event in sorted(events, key=lambda e: e["ts"]):
+    marks, times_s = [], []
+    for event in sorted(events, key=lambda e: _epoch_s(e["ts"])):
         repeated = (event["service"], event.get("deploy")) in posted_deploys
         if event["kind"] == "deploy" and event.get("source") == "inferred" and repeated:
             continue
@@ -74,6 +115,9 @@ def markers_from(
                 hover=hover,
             )
         )
+        times_s.append(_epoch_s(event["ts"]))
+    slot_s = (_epoch_s(range_end) - _epoch_s(range_start)) / LABEL_SLOTS
+    marks = _share_labels(marks, times_s, slot_s)
     spans = []
     for regression in sorted(regressions, key=lambda r: r["change_ts"]):
         end = regression.get("resolved_at") or range_end
@@ -145,12 +189,14 @@ def apply_markers(figure: go.Figure, markers: Markers, labels: bool) -> None:
                     "bgcolor": "rgba(255,255,255,0.7)",
                 }
             )
-    for i, event in enumerate(markers.events):
+    # The newest labels matter most when there are too many to read.
+    labelled = [e for e in markers.events if e.label][-MAX_LABELS:] if labels else []
+    shown = {id(e) for e in labelled}
+    for event in markers.events:
         color = event_color(event.kind)
         line = {"color": color, "width": 1, "dash": "dot"}
         shapes.append(vertical_line(event.x, line, f"event-{event.kind}"))
-        # The newest labels matter most when there are too many to read.
-        if labels and i >= len(markers.events) - MAX_LABELS:
+        if id(event) in shown:
             annotations.append(
                 {
                     "x": event.x,
@@ -161,7 +207,7 @@ def apply_markers(figure: go.Figure, markers: Markers, labels: bool) -> None:
                     "yanchor": "top",
                     "textangle": -90,
                     "text": event.label,
-                    "hovertext": event.hover,
+                    "hovertext": event.label_hover or event.hover,
                     "showarrow": False,
                     "font": {"size": 10, "color": color},
                 }

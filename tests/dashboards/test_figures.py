@@ -69,7 +69,7 @@ REGRESSIONS = [
 
 
 def _markers() -> Markers:
-    return markers_from(EVENTS, REGRESSIONS, "2026-01-01T13:00:00Z")
+    return markers_from(EVENTS, REGRESSIONS, "2026-01-01T09:00:00Z", "2026-01-01T13:00:00Z")
 
 
 def _all_figures() -> list[go.Figure]:
@@ -170,3 +170,45 @@ def test_plot_text_and_format_tokens() -> None:
     assert plot_text("x" * 50, 10) == "x" * 9 + "…"
     assert format_tokens(4_194_304) == "4Mi" and format_tokens(9728) == "9.73k"
     assert format_tokens(1_500_000) == "1.5M" and format_tokens(300) == "300"
+
+
+def _deploy(ts: str, service: str, tag: str) -> dict[str, object]:
+    return {
+        "id": 0,
+        "ts": ts,
+        "service": service,
+        "kind": "deploy",
+        "model": None,
+        "deploy": tag,
+        "replicas": None,
+        "description": None,
+        "source": "posted",
+    }
+
+
+def test_events_closer_than_a_label_share_one_label_that_names_them_all() -> None:
+    # A day (slot 1,080 s): four services deploy within a minute, one an hour later.
+    together = [_deploy(f"2026-01-01T10:00:{10 * k:02d}Z", f"svc-{k}", f"v{k}") for k in range(4)]
+    later = _deploy("2026-01-01T11:00:00Z", "svc-0", "v9")
+    marks = markers_from(
+        [later, *reversed(together)], [], "2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z"
+    )
+    assert [e.label for e in marks.events] == ["v0 +3", "", "", "", "v9"]
+    figure = figures.hit_rate_figure(METRICS, marks)
+    lines = [s for s in figure.layout.shapes if s.type == "line"]
+    assert len(lines) == 5  # every event keeps its line ...
+    labels = [a for a in figure.layout.annotations if a.textangle == -90]
+    assert [a.text for a in labels] == ["v0 +3", "v9"]  # ... and one label a place
+    assert all(f"deploy · svc-{k}" in labels[0].hovertext for k in range(4))
+    assert "svc-0" in labels[1].hovertext and "svc-1" not in labels[1].hovertext
+    events = next(t for t in figure.data if t.name == "events")
+    assert len(events.x) == 5  # each event's own hover point stays
+
+
+def test_a_shared_label_lists_at_most_a_few_events_and_counts_the_rest() -> None:
+    burst = [_deploy(f"2026-01-01T10:00:{k:02d}Z", f"svc-{k}", f"v{k}") for k in range(20)]
+    marks = markers_from(burst, [], "2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z")
+    first = marks.events[0]
+    assert first.label == "v0 +19" and all(e.label == "" for e in marks.events[1:])
+    lines = first.label_hover.split("<br>")
+    assert len(lines) == 8 and lines[-1] == "… and 13 more"
