@@ -17,6 +17,7 @@ LABEL_CHARS = 28
 # Vertical labels that fit side by side across the hit-rate panel (~1,200 px, a
 # 10 px label needs ~14): events closer than one slot share one label.
 LABEL_SLOTS = 80
+CHARS_PER_SLOT = 2.5  # a slot is ~15 px, a 10 px character ~6
 GROUP_HOVER_LINES = 8
 
 
@@ -118,22 +119,37 @@ def markers_from(
         times_s.append(_epoch_s(event["ts"]))
     slot_s = (_epoch_s(range_end) - _epoch_s(range_start)) / LABEL_SLOTS
     marks = _share_labels(marks, times_s, slot_s)
+    ordered = sorted(regressions, key=lambda r: _epoch_s(r["change_ts"]))
+    starts_s = [_epoch_s(r["change_ts"]) for r in ordered] + [_epoch_s(range_end)]
     spans = []
-    for regression in sorted(regressions, key=lambda r: r["change_ts"]):
+    for i, regression in enumerate(ordered):
         end = regression.get("resolved_at") or range_end
         lines = [
             f"regression #{regression['id']} · {regression['cause']} · {regression['status']}",
             *[str(line) for line in regression.get("evidence") or []][:4],
         ]
+        room = (starts_s[i + 1] - starts_s[i]) / slot_s * CHARS_PER_SLOT if slot_s > 0 else 0
         spans.append(
             Span(
                 x0=plot_ts(regression["change_ts"]),
                 x1=plot_ts(end),
-                label=plot_text(f"#{regression['id']} {regression['cause']}", LABEL_CHARS),
+                label=_span_label(regression, room),
                 hover="<br>".join(plot_text(line) for line in lines),
             )
         )
     return Markers(tuple(marks), tuple(spans))
+
+
+def _span_label(regression: dict[str, Any], room_chars: float) -> str:
+    """A span's label runs right from its start: "#7 prefix_instability" when it
+    ends before the next span's label begins, else "#7", else none (the shaded span
+    and the regressions table still show it); labels never print over each other."""
+    full = plot_text(f"#{regression['id']} {regression['cause']}", LABEL_CHARS)
+    short = f"#{regression['id']}"
+    for text in (full, short):
+        if len(text) + 1 <= room_chars:
+            return text
+    return ""
 
 
 def event_points(markers: Markers) -> go.Scatter:
@@ -173,7 +189,7 @@ def apply_markers(figure: go.Figure, markers: Markers, labels: bool) -> None:
                 "name": "regression",
             }
         )
-        if labels:
+        if labels and span.label:
             annotations.append(
                 {
                     "x": span.x0,

@@ -212,3 +212,32 @@ def test_a_shared_label_lists_at_most_a_few_events_and_counts_the_rest() -> None
     assert first.label == "v0 +19" and all(e.label == "" for e in marks.events[1:])
     lines = first.label_hover.split("<br>")
     assert len(lines) == 8 and lines[-1] == "… and 13 more"
+
+
+def _regression(regression_id: int, change_ts: str) -> dict[str, object]:
+    return {**REGRESSIONS[0], "id": regression_id, "change_ts": change_ts, "resolved_at": None}
+
+
+def test_span_labels_shorten_then_vanish_rather_than_print_over_each_other() -> None:
+    # A day in 80 slots of 1,080 s, 2.5 characters each: "#1 prefix_instability"
+    # needs 9 slots (2.7 h), "#2" 2 slots (36 min).
+    regressions = [
+        _regression(1, "2026-01-01T01:00:00Z"),  # 5 h to the next: the full label
+        _regression(2, "2026-01-01T06:00:00Z"),  # 40 min: "#2"
+        _regression(3, "2026-01-01T06:40:00Z"),  # 10 min: none
+        _regression(4, "2026-01-01T06:50:00Z"),  # 17 h to the range's end: the full label
+    ]
+    marks = markers_from([], regressions, "2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z")
+    assert [s.label for s in marks.spans] == [
+        "#1 prefix_instability",
+        "#2",
+        "",
+        "#4 prefix_instability",
+    ]
+    figure = figures.hit_rate_figure(METRICS, marks)
+    assert len([s for s in figure.layout.shapes if s.type == "rect"]) == 4  # every span drawn
+    assert [a.text for a in figure.layout.annotations] == [
+        "#1 prefix_instability",
+        "#2",
+        "#4 prefix_instability",
+    ]
