@@ -68,7 +68,9 @@ def hit_rate_figure(metrics: dict[str, Any], markers: Markers = Markers()) -> go
         )
         if markers.events:
             figure.add_trace(event_points(markers))
-        figure.update_layout(yaxis={"range": [0, 1.08], "tickformat": ".0%", "title": "tokens"})
+        figure.update_layout(
+            yaxis={"range": [0, 1.08], "tickformat": ".0%", "title": "share of prompt tokens"}
+        )
 
     return _time_panel(metrics, markers, draw, labels=True, height=340)
 
