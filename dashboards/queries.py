@@ -14,6 +14,7 @@ from service import repository
 from service.models import Alert, ChangeEvent, Regression
 from service.repository import detection as detection_queries
 from service.repository import series as chart_queries
+from service.repository.series import PREFIX_SUMS
 from service.rollups import chart
 from service.rollups.aggregate import CAUSES
 from service.services.analytics_pass import PREFIX_GRAINS_S
@@ -111,54 +112,24 @@ def top_prefixes(session: Session, scope: Scope, limit: int) -> list[dict[str, A
     if not scope.services:
         return []
     t = PREFIXES.c
+    keys = ("service", "model", "first_key")
     segments = [
-        select(
-            t.service,
-            t.model,
-            t.first_key,
-            t.replica,
-            t.requests,
-            t.prompt_tokens,
-            t.cached_tokens,
-            t.cacheable_tokens,
-            t.rewarms,
-            t.rewarm_tokens,
-        ).where(_where(PREFIXES, scope, grain, from_us, to_us))
+        select(*[t[name] for name in (*keys, "replica", *PREFIX_SUMS)]).where(
+            _where(PREFIXES, scope, grain, from_us, to_us)
+        )
         for grain, from_us, to_us in scope.segments()
     ]
     rows = union_all(*segments).subquery() if len(segments) > 1 else segments[0].subquery()
     r = rows.c
-    prompt = func.sum(r.prompt_tokens)
+    sums = {name: func.sum(r[name]) for name in PREFIX_SUMS}
     replicas = func.count(func.distinct(case((r.replica != "", r.replica), else_=None)))
     query: Select[Any] = (
-        select(
-            r.service,
-            r.model,
-            r.first_key,
-            func.sum(r.requests),
-            prompt,
-            func.sum(r.cached_tokens),
-            func.sum(r.cacheable_tokens),
-            func.sum(r.rewarms),
-            func.sum(r.rewarm_tokens),
-            replicas,
-        )
-        .group_by(r.service, r.model, r.first_key)
-        .order_by(prompt.desc(), r.first_key)
+        select(*[r[name] for name in keys], *sums.values(), replicas)
+        .group_by(*[r[name] for name in keys])
+        .order_by(sums["prompt_tokens"].desc(), r.first_key)
         .limit(limit)
     )
-    names = (
-        "service",
-        "model",
-        "first_key",
-        "requests",
-        "prompt_tokens",
-        "cached_tokens",
-        "cacheable_tokens",
-        "rewarms",
-        "rewarm_tokens",
-        "replicas",
-    )
+    names = (*keys, *PREFIX_SUMS, "replicas")
     return [dict(zip(names, row, strict=True)) for row in session.execute(query).all()]
 
 

@@ -53,12 +53,13 @@ def start_server(
     raise RuntimeError(f"the server did not start within {timeout_s:.0f} s: {_tail(log_path)}")
 
 
-def stop_server(process: subprocess.Popen[bytes]) -> None:
+def stop_server(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout_s`."""
     if process.poll() is not None:
         return
     process.terminate()
     try:
-        process.wait(10)
+        process.wait(timeout_s)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(10)

@@ -6,7 +6,6 @@ Shared by test_syslog_ng.py and test_crash_stream.py (fixtures in conftest.py)."
 import glob
 import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ import orjson
 from sqlalchemy import Engine, func, select
 
 from service.models import RejectedRecord, UsageRecord
+from service.server_process import stop_server
 from tests.conftest import skip_or_fail
 
 SYSLOG_NG = "/usr/sbin/syslog-ng"
@@ -114,12 +114,7 @@ def running_syslog_ng(binary: str, conf: Path, workdir: Path) -> Iterator[Path]:
         yield log_path
         assert shipper.poll() is None, f"syslog-ng exited: {log_path.read_text()[-3000:]}"
     finally:
-        shipper.send_signal(signal.SIGTERM)
-        try:
-            shipper.wait(15)
-        except subprocess.TimeoutExpired:
-            shipper.kill()
-            shipper.wait(10)
+        stop_server(shipper, timeout_s=15)
 
 
 def stored_count(engine: Engine) -> int:

@@ -55,22 +55,19 @@ def _receiver(signal: otlp.Signal) -> Callable[..., Response]:
 
 # `name` makes the OpenAPI operation id and summary ("post_traces_v1_otlp_v1_traces_post",
 # "Post Traces"): clients generated from the schema rely on them.
-router.add_api_route(
-    "/v1/otlp/v1/traces",
-    _receiver("traces"),
-    methods=["POST"],
-    name="post_traces",
-    description="OTLP ExportTraceServiceRequest, protobuf or JSON, gzip accepted.",
-    dependencies=[IngestAuth],
-)
-router.add_api_route(
-    "/v1/otlp/v1/logs",
-    _receiver("logs"),
-    methods=["POST"],
-    name="post_logs",
-    description="OTLP ExportLogsServiceRequest, protobuf or JSON, gzip accepted.",
-    dependencies=[IngestAuth],
-)
+_MESSAGES: dict[otlp.Signal, str] = {
+    "traces": "ExportTraceServiceRequest",
+    "logs": "ExportLogsServiceRequest",
+}
+for _signal, _message in _MESSAGES.items():
+    router.add_api_route(
+        f"/v1/otlp/v1/{_signal}",
+        _receiver(_signal),
+        methods=["POST"],
+        name=f"post_{_signal}",
+        description=f"OTLP {_message}, protobuf or JSON, gzip accepted.",
+        dependencies=[IngestAuth],
+    )
 
 
 def _answer(message: Message, encoding: otlp.Encoding, status_code: int) -> Response:
