@@ -206,13 +206,15 @@ def apply_markers(figure: go.Figure, markers: Markers, labels: bool) -> None:
                 }
             )
     # The newest labels matter most when there are too many to read.
-    labelled = [e for e in markers.events if e.label][-MAX_LABELS:] if labels else []
-    shown = {id(e) for e in labelled}
+    unshown = sum(1 for e in markers.events if e.label) - MAX_LABELS
     for event in markers.events:
         color = event_color(event.kind)
         line = {"color": color, "width": 1, "dash": "dot"}
         shapes.append(vertical_line(event.x, line, f"event-{event.kind}"))
-        if id(event) in shown:
+        if not (labels and event.label):
+            continue
+        unshown -= 1
+        if unshown < 0:
             annotations.append(
                 {
                     "x": event.x,

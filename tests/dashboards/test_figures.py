@@ -241,3 +241,15 @@ def test_span_labels_shorten_then_vanish_rather_than_print_over_each_other() -> 
         "#2",
         "#4 prefix_instability",
     ]
+
+
+def test_only_the_newest_labels_are_drawn_when_there_are_too_many() -> None:
+    many = [
+        _deploy(f"2026-01-{1 + k // 24:02d}T{k % 24:02d}:00:00Z", "s", f"v{k}") for k in range(70)
+    ]
+    marks = markers_from(many, [], "2026-01-01T00:00:00Z", "2026-01-03T23:00:00Z")
+    assert all(e.label for e in marks.events)  # 70 hours in 80 slots: none share
+    figure = figures.hit_rate_figure(METRICS, marks)
+    texts = [a.text for a in figure.layout.annotations]
+    assert texts == [f"v{k}" for k in range(10, 70)]  # MAX_LABELS, the newest
+    assert len([s for s in figure.layout.shapes if s.type == "line"]) == 70
