@@ -60,11 +60,11 @@ def _bind_none_and_bytes_directly() -> None:
     blob), which cost half of its insert's time outside SQLite. Identity adapters
     make the registry lookup hit at once; what is bound does not change. The
     registry is the sqlite3 module's, so this applies process-wide, idempotently."""
-    sqlite3.register_adapter(type(None), _unchanged)
+    sqlite3.register_adapter(type(None), _still_none)
     sqlite3.register_adapter(bytes, bytes)  # bytes(b) is b itself
 
 
-def _unchanged(value: object) -> object:
+def _still_none(value: None) -> None:
     return value
 
 
