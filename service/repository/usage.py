@@ -1,8 +1,8 @@
 """Writes and reads of raw usage records and rejected records. Callers pass a session;
 nothing here commits."""
 
-from collections.abc import Callable, Sequence
-from functools import lru_cache
+import sqlite3
+from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any, cast
 
@@ -17,10 +17,11 @@ from service.models import (
     UsageRecord,
 )
 from service.repository.locks import hold_ingest_lock
+from service.repository.sqlite_insert import plan_inserts
 
 USAGE_TABLE = cast(Table, UsageRecord.__table__)
 REJECTED_TABLE = cast(Table, RejectedRecord.__table__)
-USAGE_COLUMNS = [c.name for c in USAGE_TABLE.columns if c.name != "id"]
+USAGE_COLUMNS = tuple(c.name for c in USAGE_TABLE.columns if c.name != "id")
 _JSON_COLUMNS = {"segments", "attributes"}
 
 
@@ -37,70 +38,17 @@ def insert_usage_values(session: Session, values: Sequence[tuple[Any, ...]]) -> 
 
 
 def _insert_sqlite(session: Session, values: Sequence[tuple[Any, ...]]) -> int:
-    """Plain DBAPI executemany over ready tuples: SQLAlchemy's per-row bind
-    processing (stdlib json even for a None JSON value) cost as much as SQLite's own
-    work. Each run of consecutive rows with the same absent (None) fields goes in
-    with a statement that leaves those columns out, so they default to NULL without
-    being bound: pysqlite binds None through its adapter protocol (a key built and a
-    registry lookup per value), which for the eight or so empty optional fields of a
-    typical record cost more than binding all the others. Log shippers send bodies
-    of one shape, so a body is one run or a few; runs keep body order, so ids do.
-    sqlite3's executemany rowcount is the sum over the rows: conflicts count 0."""
+    """Through the DBAPI, not SQLAlchemy Core: its per-row bind processing (stdlib
+    json even for a None JSON value) cost as much as SQLite's own work. The
+    statements are planned by `sqlite_insert` (multi-row, absent columns left out)."""
     connection = session.connection()
-    inserted = 0
-    for absent, run in _runs_by_absent_columns(values):
-        statement, pick = _sqlite_insert_of(absent)
-        inserted += connection.exec_driver_sql(statement, list(map(pick, run))).rowcount
-    return inserted
+    driver = connection.connection.driver_connection
+    assert isinstance(driver, sqlite3.Connection)
+    max_variables = driver.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    plan = plan_inserts("usage_records", USAGE_COLUMNS, "request_id", values, max_variables)
+    return sum(connection.exec_driver_sql(i.statement, i.parameters).rowcount for i in plan)
 
 
-def _runs_by_absent_columns(
-    values: Sequence[tuple[Any, ...]],
-) -> list[tuple[tuple[int, ...], list[tuple[Any, ...]]]]:
-    """Consecutive rows grouped by the positions of their None values. A row joins
-    the current run when it holds as many Nones as the run's rows and all of them at
-    the run's positions: two C-level checks (`count`, an itemgetter compared with a
-    tuple of Nones) instead of testing each of its 22 values in Python."""
-    runs: list[tuple[tuple[int, ...], list[tuple[Any, ...]]]] = []
-    current: list[tuple[Any, ...]] = []
-    nones = -1
-    absent_of: Callable[[tuple[Any, ...]], Any] = _nothing
-    expected: Any = None
-    for row in values:
-        if row.count(None) != nones or absent_of(row) != expected:
-            absent = tuple(i for i, value in enumerate(row) if value is None)
-            nones = len(absent)
-            absent_of = itemgetter(*absent) if absent else _nothing
-            expected = absent_of(_ALL_NONE)
-            current = []
-            runs.append((absent, current))
-        current.append(row)
-    return runs
-
-
-def _nothing(_row: tuple[Any, ...]) -> None:
-    return None
-
-
-@lru_cache(maxsize=256)
-def _sqlite_insert_of(absent: tuple[int, ...]) -> tuple[str, Callable[[Any], Any]]:
-    """The INSERT naming only the present columns, and what picks their values (the
-    required columns are always present, so the getter always returns a tuple)."""
-    positions = [i for i in range(len(USAGE_COLUMNS)) if i not in absent]
-    columns = ", ".join(USAGE_COLUMNS[i] for i in positions)
-    statement = (
-        f"INSERT INTO usage_records ({columns}) VALUES ({', '.join('?' * len(positions))}) "
-        "ON CONFLICT (request_id) DO NOTHING"
-    )
-    return statement, itemgetter(*positions)
-
-
-# Every column with its value bound: the bench's context line (raw sqlite3) uses it.
-SQLITE_INSERT_USAGE = (
-    f"INSERT INTO usage_records ({', '.join(USAGE_COLUMNS)}) "
-    f"VALUES ({', '.join('?' * len(USAGE_COLUMNS))}) ON CONFLICT (request_id) DO NOTHING"
-)
-_ALL_NONE = (None,) * len(USAGE_COLUMNS)
 _USAGE_VALUES = itemgetter(*USAGE_COLUMNS)
 _JSON_POSITIONS = [i for i, name in enumerate(USAGE_COLUMNS) if name in _JSON_COLUMNS]
 

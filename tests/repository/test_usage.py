@@ -11,7 +11,6 @@ from sqlalchemy.orm import Session
 
 from service.models import UsageRecord
 from service.repository import USAGE_COLUMNS, insert_usage_values
-from service.repository.usage import _runs_by_absent_columns
 
 COLUMN = {name: i for i, name in enumerate(USAGE_COLUMNS)}
 
@@ -72,17 +71,13 @@ def test_rows_already_stored_count_as_not_inserted_in_every_run(session: Session
     assert [r[0] for r in stored(session)] == ["x", "y", "z", "w"]
 
 
-def test_runs_split_where_the_absent_positions_change() -> None:
-    rows = [row("1", replica="a"), row("2", replica="b"), row("3", deploy="v"), row("4")]
-    runs = _runs_by_absent_columns(rows)
-    assert [[r[0] for r in run] for _, run in runs] == [["1", "2"], ["3"], ["4"]]
-    first_absent = runs[0][0]
-    assert COLUMN["replica"] not in first_absent and COLUMN["deploy"] in first_absent
-    assert all(rows[0][i] is None for i in first_absent)
-
-
-def test_a_row_without_any_none_is_its_own_shape() -> None:
-    full = tuple(range(len(USAGE_COLUMNS)))
-    runs = _runs_by_absent_columns([full, full, row("x")])
-    assert [(absent, len(run)) for absent, run in runs] == [((), 2), (runs[1][0], 1)]
-    assert len(runs[1][0]) == len(USAGE_COLUMNS) - 7
+def test_a_large_body_of_mixed_shapes_keeps_every_row_and_its_order(session: Session) -> None:
+    """1,234 rows: multi-row statements of 100 and 10 rows and a one-by-one tail, in
+    runs of changing shape."""
+    rows = [
+        row(f"r{i:05d}", replica=f"pod-{i % 3}" if (i // 150) % 2 else None, ttft_ms=float(i))
+        for i in range(1_234)
+    ]
+    assert insert_usage_values(session, rows) == len(rows)
+    assert stored(session) == rows
+    assert insert_usage_values(session, [*rows[::7], row("new")]) == 1
