@@ -67,25 +67,27 @@ def plan_inserts(
 
 
 def runs_by_absent_columns(values: Sequence[Row]) -> list[tuple[tuple[int, ...], list[Row]]]:
-    """Consecutive rows grouped by the positions of their None values. A row joins
-    the current run when it holds as many Nones as the run's rows and all of them at
-    the run's positions: two C-level checks (`count`, an itemgetter compared with a
-    tuple of Nones) instead of testing each value in Python."""
+    """Consecutive rows grouped so that every row of a run is None at the run's
+    absent positions (those of its first row). A later row may hold more Nones: they
+    are bound, as NULL, which is only slower. The test is one C-level itemgetter
+    compared with a tuple of Nones, by identity; counting a row's Nones instead cost
+    a rich comparison per present value."""
     runs: list[tuple[tuple[int, ...], list[Row]]] = []
     current: list[Row] = []
-    nones = -1
     absent_of: Callable[[Row], Any] = _nothing
-    expected: Any = None
+    expected: Any = _NEVER
     for row in values:
-        if row.count(None) != nones or absent_of(row) != expected:
+        if absent_of(row) != expected:
             absent = tuple(i for i, value in enumerate(row) if value is None)
-            nones = len(absent)
             absent_of = itemgetter(*absent) if absent else _nothing
             expected = absent_of((None,) * len(row))
             current = []
             runs.append((absent, current))
         current.append(row)
     return runs
+
+
+_NEVER = object()  # no absent_of returns it: the first row starts a run
 
 
 def _nothing(_row: Row) -> None:

@@ -65,14 +65,13 @@ def test_runs_split_where_the_absent_positions_change() -> None:
     runs = runs_by_absent_columns(rows)
     assert [(absent, [r[0] for r in run]) for absent, run in runs] == [
         ((2,), ["1", "2"]),
-        ((1,), ["3"]),
-        ((1, 2), ["4"]),
+        ((1,), ["3", "4"]),  # "4" is None at 1 too: its None at 2 is bound
     ]
 
 
-def test_a_row_without_any_none_is_a_shape_of_its_own() -> None:
-    runs = runs_by_absent_columns([("1", 2), ("3", 4), ("5", None)])
-    assert [(absent, len(run)) for absent, run in runs] == [((), 2), ((1,), 1)]
+def test_rows_without_any_none_bind_every_column() -> None:
+    runs = runs_by_absent_columns([("1", 2), ("3", None), ("5", 6), ("7", None)])
+    assert [(absent, len(run)) for absent, run in runs] == [((), 4)]
 
 
 def test_a_row_without_its_conflict_column_is_refused() -> None:
