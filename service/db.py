@@ -1,12 +1,13 @@
 """Engine and session set-up for SQLite (embedded default) and PostgreSQL."""
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import Request
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
 
 from service.settings import Settings
 
@@ -72,16 +73,27 @@ def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 
 
-def get_session(request: Request) -> Iterator[Session]:
+async def get_session(request: Request) -> AsyncIterator[Session]:
     """One session per request: committed once when the handler succeeds, rolled
     back when anything raised. Used with `scope="function"` so the commit happens
-    before the response is sent: a 200 means the data is durable."""
+    before the response is sent: a 200 means the data is durable.
+
+    Async, with the commit on a worker thread: as a sync generator FastAPI ran both
+    its start (which does no I/O: the session connects on first use) and its end on
+    worker threads, two trips a request. A failure's rollback stays on the event
+    loop: it is rare and cheap, and awaiting inside a cancelled request is not."""
     session: Session = request.app.state.sessionmaker()
     try:
         yield session
-        session.commit()
     except BaseException:
         session.rollback()
+        session.close()
         raise
+    await run_in_threadpool(_commit_and_close, session)
+
+
+def _commit_and_close(session: Session) -> None:
+    try:
+        session.commit()
     finally:
         session.close()

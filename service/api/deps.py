@@ -1,10 +1,11 @@
 """Request dependencies: the database session, bearer-token scopes, bounded bodies."""
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
 
 from service.db import get_session
 from service.ingest.body import BodyTooLarge
@@ -15,7 +16,9 @@ from service.settings import Settings
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
-def get_app_settings(request: Request) -> Settings:
+# Dependencies that do no I/O are async: FastAPI runs a sync one on a worker thread,
+# and each such trip cost an ingest request more than its token check itself.
+async def get_app_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
@@ -33,8 +36,8 @@ def _presented_token(request: Request) -> str | None:
     return request.cookies.get(AUTH_COOKIE)
 
 
-def require_scope(needed: Scope) -> Callable[..., None]:
-    def check(request: Request, session: SessionDep, settings: SettingsDep) -> None:
+def require_scope(needed: Scope) -> Callable[..., Awaitable[None]]:
+    async def check(request: Request, settings: SettingsDep) -> None:
         if needed is Scope.READ and settings.public_read:
             return
         token = _presented_token(request)
@@ -42,17 +45,22 @@ def require_scope(needed: Scope) -> Callable[..., None]:
             raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
         token = token[:512]
         cache: TokenCache = request.app.state.token_cache
-        granted = cache.scope(token, lambda: token_scope(session, token))
+        factory: sessionmaker[Session] = request.app.state.sessionmaker
+        granted = await cache.scope(token, lambda: run_in_threadpool(_stored_scope, factory, token))
         if granted is None:
             raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
         if not allows(granted, needed):
             raise HTTPException(403, f"this token has the `{granted}` scope, not `{needed}`")
-        # End the lookup's transaction: on SQLite it holds the write lock (BEGIN
-        # IMMEDIATE), which would otherwise stay held while the body is parsed and
-        # validated, serializing concurrent batches on pure CPU work.
-        session.commit()
 
     return check
+
+
+def _stored_scope(factory: sessionmaker[Session], token: str) -> Scope | None:
+    """In a session of its own, ended at once: on SQLite its transaction holds the
+    write lock (BEGIN IMMEDIATE), which the request's session would otherwise keep
+    while the body is parsed and validated, serializing concurrent batches."""
+    with factory() as session:
+        return token_scope(session, token)
 
 
 IngestAuth = Depends(require_scope(Scope.INGEST))

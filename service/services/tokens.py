@@ -6,7 +6,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
 
 from sqlalchemy.orm import Session
@@ -68,26 +68,42 @@ class TokenCache:
         self._ttl_s = ttl_s
         self._max_entries = max_entries
         self._entries: OrderedDict[str, tuple[Scope, float]] = OrderedDict()
-        self._lock = threading.Lock()  # sync dependencies run on worker threads
+        self._lock = threading.Lock()  # read on the event loop, filled from worker threads
 
-    def scope(self, token: str, look_up: Callable[[], Scope | None]) -> Scope | None:
-        """The token's scope from the cache, else from `look_up` (kept when valid)."""
+    async def scope(
+        self, token: str, look_up: Callable[[], Awaitable[Scope | None]]
+    ) -> Scope | None:
+        """The token's scope from the cache, else from `look_up` (kept when valid).
+        Async so that a cached token costs the request no trip to a worker thread;
+        `look_up` reads the database, on one."""
+        granted = self.cached(token)
+        if granted is None:
+            granted = await look_up()
+            self.remember(token, granted)
+        return granted
+
+    def cached(self, token: str) -> Scope | None:
+        """The token's scope if it was seen valid within `ttl_s`, else None (look it up)."""
         if self._ttl_s <= 0:
-            return look_up()
+            return None
         digest = hash_token(token)
-        now = time.monotonic()
         with self._lock:
             cached = self._entries.get(digest)
-            if cached is not None and cached[1] > now:
-                self._entries.move_to_end(digest)  # least recently used leave first
-                return cached[0]
-        granted = look_up()
+            if cached is None or cached[1] <= time.monotonic():
+                return None
+            self._entries.move_to_end(digest)  # least recently used leave first
+            return cached[0]
+
+    def remember(self, token: str, granted: Scope | None) -> None:
+        """What a look-up found: a valid token is kept, an invalid one forgotten."""
+        if self._ttl_s <= 0:
+            return
+        digest = hash_token(token)
         with self._lock:
             if granted is None:
                 self._entries.pop(digest, None)
-            else:
-                self._entries[digest] = (granted, now + self._ttl_s)
-                self._entries.move_to_end(digest)
-                while len(self._entries) > self._max_entries:
-                    self._entries.popitem(last=False)
-        return granted
+                return
+            self._entries[digest] = (granted, time.monotonic() + self._ttl_s)
+            self._entries.move_to_end(digest)
+            while len(self._entries) > self._max_entries:
+                self._entries.popitem(last=False)
