@@ -111,6 +111,7 @@ class _ValueRecord(_Fields):
 
 
 FastRecord = _LineRecord | _ValueRecord
+LineRecord = _LineRecord  # what `decode_lines` gives
 
 _line_decoder = msgspec.json.Decoder(_LineRecord)
 

@@ -2,7 +2,8 @@
 nothing here commits."""
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain
 from operator import itemgetter
 from typing import Any, cast
 
@@ -25,16 +26,19 @@ USAGE_COLUMNS = tuple(c.name for c in USAGE_TABLE.columns if c.name != "id")
 _JSON_COLUMNS = {"segments", "attributes"}
 
 
-def insert_usage_values(session: Session, values: Sequence[tuple[Any, ...]]) -> int:
+def insert_usage_values(session: Session, values: Iterable[tuple[Any, ...]]) -> int:
     """Insert rows in `usage_row_values` form (USAGE_COLUMNS order, JSON as text) with
     distinct request_ids, in order, skipping any whose request_id is already stored
-    (also by a concurrent writer). Returns how many were inserted."""
-    if not values:
+    (also by a concurrent writer). Returns how many were inserted. `values` may be
+    lazy: an exception it raises leaves none of its rows stored, and propagates."""
+    rows = iter(values)
+    first = next(rows, None)
+    if first is None:
         return 0
     if session.get_bind().dialect.name == "postgresql":
         hold_ingest_lock(session)
-        return _insert_postgresql(session, values)
-    return _insert_sqlite(session, values)
+        return _insert_postgresql(session, chain((first,), rows))
+    return _insert_sqlite(session, [first, *rows])
 
 
 def _insert_sqlite(session: Session, values: Sequence[tuple[Any, ...]]) -> int:
@@ -73,7 +77,7 @@ _COLUMNS = ", ".join(USAGE_COLUMNS)
 _COPY_USAGE = f"COPY usage_records ({_COLUMNS}) FROM STDIN"
 
 
-def _insert_postgresql(session: Session, values: Sequence[tuple[Any, ...]]) -> int:
+def _insert_postgresql(session: Session, rows: Iterator[tuple[Any, ...]]) -> int:
     """COPY straight into usage_records the rows whose request_id is not stored yet:
     as fast as a bare COPY. The first attempt COPYs the whole batch without looking
     anything up: a new batch (the common case) then costs no lookup, which took
@@ -88,13 +92,23 @@ def _insert_postgresql(session: Session, values: Sequence[tuple[Any, ...]]) -> i
     the last resort."""
     driver = session.connection().connection.driver_connection
     assert driver is not None
+    # The first attempt COPYs rows as `rows` gives them (PostgreSQL inserts the first
+    # while the later ones are built) and keeps them for the attempts after it.
+    copied: list[tuple[Any, ...]] = []
+
+    def keeping() -> Iterator[tuple[Any, ...]]:
+        for row in rows:
+            copied.append(row)
+            yield row
+
     try:
         with driver.cursor() as cursor:
             for attempt in range(_COPY_ATTEMPTS):
-                inserted = _copy_new_rows(cursor, values, retry=attempt > 0)
+                inserted = _copy_new_rows(cursor, copied if attempt else keeping(), attempt > 0)
                 if inserted is not None:
                     return inserted
-            return _insert_via_staging(cursor, values)
+                copied.extend(rows)  # a failed COPY may not have asked for every row
+            return _insert_via_staging(cursor, copied)
     except psycopg.OperationalError as exc:
         # Raised by the driver itself: wrapped as SQLAlchemy's would be, so that the
         # API answers 503 with Retry-After (a deadlock, the server going away).
@@ -105,39 +119,49 @@ _COPY_ATTEMPTS = 5
 
 
 def _copy_new_rows(
-    cursor: psycopg.Cursor[Any], values: Sequence[tuple[Any, ...]], *, retry: bool
+    cursor: psycopg.Cursor[Any], values: Iterable[tuple[Any, ...]], retry: bool
 ) -> int | None:
     """One attempt, under a savepoint: every row (the first), or the rows an indexed
-    `= ANY` lookup does not find (a retry). How many went in, or None when stored
-    or concurrently written rows got in the way."""
-    new = values
+    `= ANY` lookup does not find (a retry, given a list). How many went in, or None
+    when stored or concurrently written rows got in the way. An exception from the
+    rows themselves rolls the attempt back and propagates."""
     if retry:
+        values = list(values)
         cursor.execute(
             "SELECT request_id FROM usage_records WHERE request_id = ANY(%s)",
             ([v[0] for v in values],),
         )
         stored = {request_id for (request_id,) in cursor.fetchall()}
-        new = [v for v in values if v[0] not in stored] if stored else values
-    if not new:
-        return 0
+        values = [v for v in values if v[0] not in stored]
+        if not values:
+            return 0
     cursor.execute("SAVEPOINT usage_copy")
+    written = 0
     try:
         if retry:
-            cursor.execute(_NEXT_IDS, (len(new),))
+            assert isinstance(values, list)
+            cursor.execute(_NEXT_IDS, (len(values),))
             ids = [next_id for (next_id,) in cursor.fetchall()]
-            ordered = sorted(zip(ids, new, strict=True), key=lambda pair: pair[1][0])
+            ordered = sorted(zip(ids, values, strict=True), key=lambda pair: pair[1][0])
             with cursor.copy(_COPY_USAGE_WITH_IDS) as copy:
                 for next_id, row in ordered:
                     copy.write_row((next_id, *row))
+            written = len(ordered)
         else:
             with cursor.copy(_COPY_USAGE) as copy:
-                for row in new:
+                for row in values:
                     copy.write_row(row)
+                    written += 1
     except (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected):
         cursor.execute("ROLLBACK TO SAVEPOINT usage_copy")
         return None
+    except psycopg.Error:
+        raise
+    except Exception:
+        cursor.execute("ROLLBACK TO SAVEPOINT usage_copy")
+        raise
     cursor.execute("RELEASE SAVEPOINT usage_copy")
-    return len(new)
+    return written
 
 
 _COPY_USAGE_WITH_IDS = f"COPY usage_records (id, {_COLUMNS}) FROM STDIN"

@@ -1,6 +1,7 @@
 """POST /v1/usage: decode a body, validate each record, store the new ones and keep
 every rejected one with its reason."""
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from service import repository, telemetry
 from service.ingest.body import BodyItem, UndecodableBody, decompress, split_records
-from service.ingest.bulk import bulk_values
+from service.ingest.bulk import NotBulk, bulk_rows
 from service.ingest.fast import convert_value, record_values
 from service.ingest.litellm import convert_item, is_litellm_payload
 from service.ingest.records import UsageRecordIn, format_validation_error, to_row
@@ -41,10 +42,15 @@ def ingest_usage(
     too, and a user reading /v1/rejected should see where they came from)."""
     try:
         data = decompress(body, content_encoding, max_decompressed_bytes)
-        # The common body, every line a valid record: decoded and stored in bulk.
-        bulk = bulk_values(data, received_us)
+        # The common body, every line a valid record: decoded and stored in bulk,
+        # its rows built while the database takes the first ones. A record the fast
+        # path declines stops it; what it stored is undone and the lines decide.
+        bulk = bulk_rows(data, received_us)
         if bulk is not None:
-            return _store(session, bulk, IngestOutcome())
+            try:
+                return _store(session, bulk, IngestOutcome())
+            except NotBulk:
+                pass
         items = split_records(data)
     except UndecodableBody as exc:
         repository.add_rejected(
@@ -75,18 +81,23 @@ def ingest_usage(
 
 
 def _store(
-    session: Session, values: list[tuple[Any, ...]], outcome: IngestOutcome
+    session: Session, values: Iterable[tuple[Any, ...]], outcome: IngestOutcome
 ) -> IngestOutcome:
     """Store the first of each request_id in the body (a repeat within it is a
     duplicate, as is one already stored) and count what happened."""
-    unique = values
-    if len({v[0] for v in values}) != len(values):
-        first: dict[str, tuple[Any, ...]] = {}
+    seen: set[str] = set()
+
+    def first_of_each() -> Iterator[tuple[Any, ...]]:
         for v in values:
-            first.setdefault(v[0], v)
-        unique = list(first.values())
-    outcome.accepted = repository.insert_usage_values(session, unique)
-    outcome.duplicates = len(values) - outcome.accepted
+            if v[0] not in seen:
+                seen.add(v[0])
+                yield v
+            else:
+                repeats.append(v[0])
+
+    repeats: list[str] = []
+    outcome.accepted = repository.insert_usage_values(session, first_of_each())
+    outcome.duplicates = len(seen) + len(repeats) - outcome.accepted
     telemetry.count_ingest(session, outcome.accepted, outcome.duplicates, outcome.rejected)
     return outcome
 

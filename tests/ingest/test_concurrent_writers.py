@@ -65,8 +65,8 @@ def test_a_writer_racing_a_committing_writer_stores_the_rest_once(
     attempts: list[int | None] = []
     copy_new_rows = usage_repository._copy_new_rows
 
-    def spy(cursor, values, **kwargs):  # type: ignore[no-untyped-def]
-        attempts.append(copy_new_rows(cursor, values, **kwargs))
+    def spy(cursor, values, retry):  # type: ignore[no-untyped-def]
+        attempts.append(copy_new_rows(cursor, values, retry))
         return attempts[-1]
 
     monkeypatch.setattr(usage_repository, "_copy_new_rows", spy)
@@ -75,7 +75,7 @@ def test_a_writer_racing_a_committing_writer_stores_the_rest_once(
     rows = [record_values(decode_line(line(i)), 1) for i in range(100)]  # type: ignore[arg-type]
     assert insert_usage_values(first, rows) == 100  # not committed yet
     second: list[IngestOutcome] = []
-    # 50..149 with 120 twice: it finds none of 0..99 stored, then meets them uncommitted.
+    # 50..149 with 120 twice: its first COPY meets 50..99 uncommitted and waits.
     racer = threading.Thread(target=lambda: second.append(ingest(factory, [*range(50, 150), 120])))
     racer.start()
     time.sleep(1.0)
