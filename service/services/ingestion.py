@@ -86,18 +86,19 @@ def _store(
     """Store the first of each request_id in the body (a repeat within it is a
     duplicate, as is one already stored) and count what happened."""
     seen: set[str] = set()
+    repeats = 0
 
     def first_of_each() -> Iterator[tuple[Any, ...]]:
+        nonlocal repeats
         for v in values:
-            if v[0] not in seen:
+            if v[0] in seen:
+                repeats += 1
+            else:
                 seen.add(v[0])
                 yield v
-            else:
-                repeats.append(v[0])
 
-    repeats: list[str] = []
     outcome.accepted = repository.insert_usage_values(session, first_of_each())
-    outcome.duplicates = len(seen) + len(repeats) - outcome.accepted
+    outcome.duplicates = len(seen) + repeats - outcome.accepted
     telemetry.count_ingest(session, outcome.accepted, outcome.duplicates, outcome.rejected)
     return outcome
 
