@@ -17,7 +17,7 @@ SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
 # Dependencies that do no I/O are async: FastAPI runs a sync one on a worker thread,
-# and each such trip cost an ingest request more than its token check itself.
+# a hand-off and back per dependency per request.
 async def get_app_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
