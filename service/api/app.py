@@ -47,7 +47,8 @@ def _freeze_startup_heap() -> None:
     pydantic metadata: a few hundred thousand) out of the garbage collector's reach.
     An ingest batch allocates thousands of short-lived containers; they promote
     into the oldest generation, and each full collection then walked the whole
-    startup heap: 11% of the server's CPU per record. Once per process."""
+    startup heap, a tenth of the server's work per record (a one-off callgrind
+    profile, not a committed script). Once per process."""
     gc.collect()
     gc.freeze()
 

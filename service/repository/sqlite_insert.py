@@ -1,6 +1,6 @@
 """How a batch of rows goes into SQLite through pysqlite with the least work per row.
 
-Measured with callgrind on the ingest bench's rows (22 columns, four indexes), two
+Profiled with callgrind on the ingest bench's rows (22 columns, four indexes), two
 things cost more than they need to when each row is its own `executemany` step:
 
 - pysqlite binds int, float and str directly but None through its adapter protocol
@@ -9,8 +9,8 @@ things cost more than they need to when each row is its own `executemany` step:
   fields goes in with a statement that leaves those columns out: they default to
   NULL without being bound.
 - Each executed statement opens and closes a cursor on the table and on every
-  index, and ends in a statement halt: about 11,000 instructions a row. One INSERT
-  with many VALUES rows pays that once (0.75x the instructions of executemany).
+  index, and ends in a statement halt, per row. One INSERT with many VALUES rows
+  pays that once.
 
 Log shippers send bodies of one shape, so a body is one run or a few. Runs, and the
 rows in each statement, keep body order, so arrival ids do. The planning is pure:
