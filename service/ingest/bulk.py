@@ -17,6 +17,7 @@ every line starts a value; with as many values as lines, each line is exactly on
 """
 
 from collections.abc import Iterator
+from itertools import chain
 from typing import Any
 
 from service.ingest.fast import LineRecord, decode_lines, finish_line, record_values
@@ -44,9 +45,10 @@ def bulk_values(data: bytes | bytearray, received_us: int) -> list[tuple[Any, ..
 
 def bulk_rows(data: bytes | bytearray, received_us: int) -> Iterator[tuple[Any, ...]] | None:
     """`bulk_values`, lazily: None when the body is not NDJSON of one object a line
-    (checked, and the whole body decoded, before this returns), else the rows as
-    they are built, raising NotBulk at the first record the fast path declines. So
-    the database can take the first rows while the later ones are being built
+    (its shape checked, and its first chunk decoded, before this returns), else the
+    rows as they are built, raising NotBulk at the first record the fast path
+    declines. The body is decoded chunk by chunk as the rows are asked for, so the
+    database takes the first rows while the later ones are decoded and built
     (PostgreSQL's COPY runs in its own process, on another core)."""
     text = bytes(data).lstrip(_WHITESPACE).removeprefix(_BOM).lstrip(_WHITESPACE)
     text = text.rstrip(_WHITESPACE)
@@ -58,22 +60,50 @@ def bulk_rows(data: bytes | bytearray, received_us: int) -> Iterator[tuple[Any, 
         separators += text.count(b"}\r\n{")
     if newlines != separators:
         return None  # blank or indented lines, a value across lines: per line
-    records = decode_lines(text)
-    if records is None or len(records) != newlines + 1:
+    chunks = _decoded_chunks(text)
+    first = next(chunks)
+    if first is None:
         return None
     # NUL can only be in a JSON string as the escape \u0000 (raw control characters
     # are invalid JSON): without one, no field holds NUL and no record needs the check.
     check_nul = b"\\" in text and b"\\u0000" in text
-    return _rows(records, received_us, check_nul)
+    return _rows(chain((first,), chunks), received_us, check_nul)
+
+
+# About what psycopg sends PostgreSQL at a time during a COPY (32 KiB): ~90 bench
+# records. Small enough that the first rows reach the database early, large enough
+# that a call's fixed cost does not show.
+CHUNK_BYTES = 32 * 1024
+
+
+def _decoded_chunks(text: bytes) -> Iterator[list[LineRecord] | None]:
+    """The records of the text, a chunk of whole lines at a time (every newline is
+    known to sit between two top-level values); None for a chunk that does not
+    decode to one record a line, after which nothing more is decoded."""
+    view = memoryview(text)
+    start = 0
+    while start < len(text):
+        end = text.find(b"\n", start + CHUNK_BYTES)
+        if end == -1:
+            end = len(text)
+        records = decode_lines(view[start:end])
+        if records is None or len(records) != text.count(b"\n", start, end) + 1:
+            yield None
+            return
+        yield records
+        start = end + 1
 
 
 def _rows(
-    records: list[LineRecord], received_us: int, check_nul: bool
+    chunks: Iterator[list[LineRecord] | None], received_us: int, check_nul: bool
 ) -> Iterator[tuple[Any, ...]]:
-    for record in records:
-        if not finish_line(record):
+    for records in chunks:
+        if records is None:
             raise NotBulk
-        values = record_values(record, received_us, check_nul=check_nul)
-        if values is None:
-            raise NotBulk
-        yield values
+        for record in records:
+            if not finish_line(record):
+                raise NotBulk
+            values = record_values(record, received_us, check_nul=check_nul)
+            if values is None:
+                raise NotBulk
+            yield values

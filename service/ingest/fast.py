@@ -125,7 +125,7 @@ def decode_line(line: bytes) -> _LineRecord | None:
     return record if finish_line(record) else None
 
 
-def decode_lines(text: bytes) -> list[_LineRecord] | None:
+def decode_lines(text: bytes | memoryview) -> list[_LineRecord] | None:
     """Every value of an NDJSON text in one msgspec call (no per-line Python), or
     None when one is not a `_LineRecord`. msgspec does not tie values to lines
     (a value may span lines, a line may hold two): `service.ingest.bulk` checks

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from service import repository
 from service.ingest import fast
 from service.ingest.body import UndecodableBody
-from service.ingest.bulk import bulk_values
+from service.ingest.bulk import CHUNK_BYTES, NotBulk, bulk_rows, bulk_values
 from tests.ingest.test_fast import (
     RECEIVED_US,
     SETTINGS,
@@ -137,3 +137,35 @@ def test_one_record_is_the_single_object_body() -> None:
     )  # fmt: skip
     rows = assert_bulk_agrees(line)
     assert rows is not None and len(rows) == 1
+
+
+def many_chunks() -> list[bytes]:
+    """Enough lines for four chunks and a part."""
+    return [good(i) for i in range(4 * CHUNK_BYTES // len(good(0)) + 7)]
+
+
+def test_a_body_of_many_chunks_gives_every_row_in_order() -> None:
+    body_lines = many_chunks()
+    for newline in (b"\n", b"\r\n"):
+        rows = assert_bulk_agrees(newline.join(body_lines) + newline)
+        assert rows is not None and [r[0] for r in rows] == [
+            f"r{i}" for i in range(len(body_lines))
+        ]
+
+
+def test_a_line_that_does_not_decode_in_a_later_chunk_stops_the_rows_there() -> None:
+    """The first chunk decodes before `bulk_rows` answers; a later one only when its
+    rows are asked for, so the caller has had the earlier rows when NotBulk comes."""
+    body_lines = many_chunks()
+    body_lines[-3] = b'{"request_id": "r-bad", oops}'
+    body = b"\n".join(body_lines)
+    rows = bulk_rows(body, RECEIVED_US)
+    assert rows is not None
+    taken = []
+    with pytest.raises(NotBulk):
+        for row in rows:
+            taken.append(row[0])
+    assert CHUNK_BYTES // len(good(0)) <= len(taken) < len(body_lines) - 3
+    assert taken == [f"r{i}" for i in range(len(taken))]
+    assert bulk_values(body, RECEIVED_US) is None
+    assert_bulk_agrees(body)

@@ -62,3 +62,20 @@ def test_a_body_partly_stored_already_adds_only_the_new_records(session: Session
     assert (outcome.accepted, outcome.duplicates) == (20, 20)
     assert sorted(stored_ids(session)) == [f"ing-{i:04d}" for i in range(40)]
     assert stored_ids(session)[20:] == [f"ing-{i:04d}" for i in range(1, 40, 2)]
+
+
+def test_a_line_that_does_not_decode_late_in_a_large_body_leaves_the_lines_to_decide(
+    session: Session,
+) -> None:
+    """The bulk path decodes a large body chunk by chunk while it stores: line 900 of
+    1,000 (about 150 KiB) is met after several chunks went to the database. One
+    line is not JSON, which the lines reject; one has an unknown field, which the
+    bulk decoder refuses and the lines accept."""
+    lines = [line(i) for i in range(1000)]
+    lines[900] = b'{"request_id": "ing-0900", oops}'
+    lines[950] = line(950, unknown_field=1)
+    outcome = ingest(session, lines)
+    assert (outcome.accepted, outcome.duplicates, outcome.rejected) == (999, 0, 1)
+    assert [e["index"] for e in outcome.errors] == [900]
+    assert stored_ids(session) == [f"ing-{i:04d}" for i in range(1000) if i != 900]
+    assert session.scalars(select(RejectedRecord.raw)).all() == [lines[900]]
