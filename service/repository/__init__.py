@@ -35,7 +35,6 @@ from service.repository.events import (
 from service.repository.locks import (
     ANALYTICS_LOCK_KEY,
     INGEST_LOCK_KEY,
-    hold_ingest_lock,
     take_analytics_lock,
     wait_for_ingest,
 )
@@ -71,7 +70,6 @@ __all__ = [
     "find_token",
     "get_cursor",
     "get_state",
-    "hold_ingest_lock",
     "insert_event",
     "insert_rollups",
     "insert_usage_values",

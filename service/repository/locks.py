@@ -11,9 +11,9 @@ INGEST_LOCK_KEY = 0x63_77_69_6E  # "cwin"
 ANALYTICS_LOCK_KEY = 0x63_77_61_6E  # "cwan"
 
 
-def hold_ingest_lock(session: Session) -> None:
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock_shared(:k)"), {"k": INGEST_LOCK_KEY})
+# Held shared by every ingest transaction until it ends. Sent by the PostgreSQL insert
+# through the driver, in one round trip with the transaction's BEGIN and savepoint.
+HOLD_INGEST_LOCK = f"SELECT pg_advisory_xact_lock_shared({INGEST_LOCK_KEY})"
 
 
 def wait_for_ingest(session: Session) -> None:

@@ -17,7 +17,7 @@ from service.models import (
     RejectedRecord,
     UsageRecord,
 )
-from service.repository.locks import hold_ingest_lock
+from service.repository.locks import HOLD_INGEST_LOCK
 from service.repository.sqlite_insert import plan_inserts
 
 USAGE_TABLE = cast(Table, UsageRecord.__table__)
@@ -36,7 +36,6 @@ def insert_usage_values(session: Session, values: Iterable[tuple[Any, ...]]) -> 
     if first is None:
         return 0
     if session.get_bind().dialect.name == "postgresql":
-        hold_ingest_lock(session)
         return _insert_postgresql(session, chain((first,), rows))
     return _insert_sqlite(session, [first, *rows])
 
@@ -103,6 +102,13 @@ def _insert_postgresql(session: Session, rows: Iterator[tuple[Any, ...]]) -> int
 
     try:
         with driver.cursor() as cursor:
+            # One round trip for the transaction's BEGIN, the lock that orders ingest
+            # and analytics, and the savepoint that a failed attempt rolls back to
+            # (it stays valid after a rollback to it). It is never released: commit
+            # does that at no cost, a RELEASE would be one more round trip.
+            with driver.pipeline():
+                cursor.execute(HOLD_INGEST_LOCK)
+                cursor.execute("SAVEPOINT usage_copy")
             for attempt in range(_COPY_ATTEMPTS):
                 inserted = _copy_new_rows(cursor, copied if attempt else keeping(), attempt > 0)
                 if inserted is not None:
@@ -121,7 +127,7 @@ _COPY_ATTEMPTS = 5
 def _copy_new_rows(
     cursor: psycopg.Cursor[Any], values: Iterable[tuple[Any, ...]], retry: bool
 ) -> int | None:
-    """One attempt, under a savepoint: every row (the first), or the rows an indexed
+    """One attempt, under the savepoint `usage_copy`: every row (the first), or the rows an indexed
     `= ANY` lookup does not find (a retry, given a list). How many went in, or None
     when stored or concurrently written rows got in the way. An exception from the
     rows themselves rolls the attempt back and propagates."""
@@ -135,7 +141,6 @@ def _copy_new_rows(
         values = [v for v in values if v[0] not in stored]
         if not values:
             return 0
-    cursor.execute("SAVEPOINT usage_copy")
     written = 0
     try:
         if retry:
@@ -160,7 +165,6 @@ def _copy_new_rows(
     except Exception:
         cursor.execute("ROLLBACK TO SAVEPOINT usage_copy")
         raise
-    cursor.execute("RELEASE SAVEPOINT usage_copy")
     return written
 
 
