@@ -289,6 +289,14 @@ def run(
     return report(backend, floor_name, args.records, http, floors)
 
 
+def print_goal(backend: str, floor_name: str, rate: float, ratio: float) -> None:
+    met = rate >= GOAL_RATE and ratio >= GOAL_RATIO
+    print(
+        f"{backend:<9} goal >= {GOAL_RATE:,} records/s and >= {GOAL_RATIO} of direct "
+        f"{floor_name}: " + ("met" if met else "MISSED")
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
@@ -334,18 +342,17 @@ def main() -> None:
             f"sqlite    (context) raw sqlite3, the server's statements {raw_rate:,.0f} records/s, "
             f"no SQLAlchemy, no HTTP: SQLite's own cost; http/raw {rate / raw_rate:.2f}"
         )
-        met = rate >= GOAL_RATE and ratio >= GOAL_RATIO
-        print(
-            f"sqlite    goal >= {GOAL_RATE:,} records/s and >= {GOAL_RATIO} of direct: "
-            + ("met" if met else "MISSED")
-        )
+        print_goal("sqlite", "executemany", rate, ratio)
         if args.postgres:
             url = args.postgres
 
             def pg_database(label: str) -> AbstractContextManager[str]:
                 return postgres_database(url, label)
 
-            run("postgres", "COPY", pg_database, direct_copy, batches, rows, args, workdir)
+            rate, ratio = run(
+                "postgres", "COPY", pg_database, direct_copy, batches, rows, args, workdir
+            )
+            print_goal("postgres", "COPY", rate, ratio)
 
 
 if __name__ == "__main__":
