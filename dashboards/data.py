@@ -193,16 +193,25 @@ def _replay(frame: Any, sizes: Sequence[int], model: str) -> dict[str, Any]:
 
 
 def capacity_payload(
-    session: Session, ctx: Context, replays: ReplayCache, wait_s: float = CAPACITY_WAIT_S
+    session: Session,
+    ctx: Context,
+    replays: ReplayCache,
+    wait_s: float = CAPACITY_WAIT_S,
+    sample: int | None = None,
 ) -> dict[str, Any]:
-    """The capacity figure, or `pending` while its replay runs."""
+    """The capacity figure, or `pending` while its replay runs. A replay is keyed by
+    the newest record id it saw, which a pending answer gives as `sample`: the page
+    asks again for that sample. Keyed by the newest id at each ask, a page on a
+    service that stores a batch between two asks would start a new replay each time
+    and never draw."""
     view = ctx.view
     model = view.model or queries.busiest_model(session, ctx.scope(view.from_us, view.to_us))
     if model is None:
         return {"pending": False, "figure": None, "note": "No usage records in this range."}
     budget = current_budget(session, view, model)
     sizes = tuple(sorted({*CAPACITY_SIZES, *([budget.tokens] if budget else [])}))
-    key = ("capacity", model, view.from_us, view.to_us, sizes, queries.max_usage_id(session))
+    newest_id = queries.max_usage_id(session) if sample is None else sample
+    key = ("capacity", model, view.from_us, view.to_us, sizes, newest_id)
     result = replays.cached(key)
     if result is None:
         if not replays.running(key):
@@ -212,7 +221,7 @@ def capacity_payload(
             replays.submit(key, lambda: _replay(frame, sizes, model))
         result = replays.wait(key, wait_s)
     if result is None:
-        return {"pending": True, "model": model}
+        return {"pending": True, "model": model, "sample": newest_id}
     note = None
     if not result["requests"]:
         note = "The capacity curve replays requests with `block_hashes`. " + FINGERPRINT_HINT

@@ -21,12 +21,18 @@
     }
   });
 
-  function url(path) {
-    return path + (query ? "?" + query : "");
+  function url(path, extra) {
+    let text = query;
+    if (extra && Object.keys(extra).length) {
+      const params = new URLSearchParams(query);
+      for (const [name, value] of Object.entries(extra)) params.set(name, String(value));
+      text = params.toString();
+    }
+    return path + (text ? "?" + text : "");
   }
 
-  async function getJSON(path) {
-    const answer = await fetch(url(path), { headers: { Accept: "application/json" } });
+  async function getJSON(path, extra) {
+    const answer = await fetch(url(path, extra), { headers: { Accept: "application/json" } });
     if (answer.status === 401) {
       window.location.assign("/login?next=" + encodeURIComponent(location.pathname + location.search));
       throw new Error("signed out");
@@ -151,11 +157,16 @@
   }
 
   async function loadCapacity() {
+    // A pending answer names the sample its replay runs on; asking for that sample
+    // again finds it even when newer records arrived meanwhile. The server holds each
+    // ask until the replay ends or 0.2 s pass, so a short pause paces the asks.
+    let sample = null;
     for (;;) {
-      const { data } = await getJSON("/dashboard/data/capacity");
+      const { data } = await getJSON("/dashboard/data/capacity", sample === null ? {} : { sample: sample });
       if (data.pending) {
         setNote("capacity", "Replaying the latest requests of " + data.model + "…");
-        await new Promise((resolve) => setTimeout(resolve, 500));
+        sample = data.sample;
+        await new Promise((resolve) => setTimeout(resolve, 50));
         continue;
       }
       const sub = document.getElementById("capacity-sub");

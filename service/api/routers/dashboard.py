@@ -218,10 +218,19 @@ def series_data(request: Request, session: SessionDep, settings: SettingsDep) ->
 
 @router.get("/dashboard/data/capacity", dependencies=[ReadAuth])
 def capacity_data(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
-    """The capacity figure; `{"pending": true}` (202) while its replay runs."""
+    """The capacity figure; `{"pending": true, "sample": id}` (202) while its replay
+    runs, to be asked again with `sample=id`."""
     _caught_up(session, settings)
     replays = _app_cache(request, "dashboard_replays", ReplayCache)
-    payload = data.capacity_payload(session, _context(request, session), replays)
+    sample = request.query_params.get("sample")
+    if sample is not None and not (sample.isascii() and sample.isdigit() and len(sample) < 19):
+        raise HTTPException(422, "`sample` must be the record id a pending answer gave")
+    payload = data.capacity_payload(
+        session,
+        _context(request, session),
+        replays,
+        sample=None if sample is None else int(sample),
+    )
     return json_response(request, _encode(payload), 202 if payload["pending"] else 200)
 
 
