@@ -102,10 +102,11 @@ def _insert_postgresql(session: Session, rows: Iterator[tuple[Any, ...]]) -> int
 
     try:
         with driver.cursor() as cursor:
-            # One round trip for the transaction's BEGIN, the lock that orders ingest
-            # and analytics, and the savepoint that a failed attempt rolls back to
-            # (it stays valid after a rollback to it). It is never released: commit
-            # does that at no cost, a RELEASE would be one more round trip.
+            # One round trip for the transaction's BEGIN (unless rejected records
+            # began it), the lock that orders ingest and analytics, and the savepoint
+            # a failed attempt rolls back to (it stays valid after a rollback to it).
+            # It is never released: commit does that at no cost, a RELEASE would be
+            # one more round trip.
             with driver.pipeline():
                 cursor.execute(HOLD_INGEST_LOCK)
                 cursor.execute("SAVEPOINT usage_copy")
@@ -127,10 +128,10 @@ _COPY_ATTEMPTS = 5
 def _copy_new_rows(
     cursor: psycopg.Cursor[Any], values: Iterable[tuple[Any, ...]], retry: bool
 ) -> int | None:
-    """One attempt, under the savepoint `usage_copy`: every row (the first), or the rows an indexed
-    `= ANY` lookup does not find (a retry, given a list). How many went in, or None
-    when stored or concurrently written rows got in the way. An exception from the
-    rows themselves rolls the attempt back and propagates."""
+    """One attempt, under the savepoint `usage_copy`: every row (the first), or the
+    rows an indexed `= ANY` lookup does not find (a retry, given a list). How many
+    went in, or None when stored or concurrently written rows got in the way. An
+    exception from the rows themselves rolls the attempt back and propagates."""
     if retry:
         values = list(values)
         cursor.execute(
