@@ -2,7 +2,7 @@
 nothing here commits."""
 
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain
 from operator import itemgetter
 from typing import Any, cast
@@ -79,20 +79,19 @@ _COPY_USAGE = f"COPY usage_records ({_COLUMNS}) FROM STDIN"
 def _insert_postgresql(session: Session, rows: Iterator[tuple[Any, ...]]) -> int:
     """COPY straight into usage_records the rows whose request_id is not stored yet:
     as fast as a bare COPY. The first attempt COPYs the whole batch without looking
-    anything up: a new batch (the common case) then costs no lookup, which took
-    3.5 ms for 1,000 ids in a one-off probe. A stored request_id makes it
-    fail with a unique violation; it is rolled back to its savepoint and the next
-    attempt COPYs only the rows an indexed lookup does not find. A concurrent writer
-    can hold some of them uncommitted; the COPY then waits for it and fails (unique
-    violation once it commits, or a deadlock when each waits for the other), is
-    rolled back, which frees the other writer, and is made again: the lookup now
-    sees what that writer committed. Retries insert in request_id order (ids still
-    follow the body), so writers that all retry cannot deadlock. The staging path is
-    the last resort."""
+    anything up, so a new batch (the common case) costs no lookup. A stored
+    request_id makes it fail with a unique violation; it is rolled back to its
+    savepoint and each retry COPYs only the rows an indexed lookup does not find. A
+    concurrent writer can hold some of them uncommitted; the COPY then waits for it
+    and fails (unique violation once it commits, or a deadlock when each waits for
+    the other), is rolled back, which frees the other writer, and is made again: the
+    lookup now sees what that writer committed. Retries insert in request_id order
+    (ids still follow the body), so writers that all retry cannot deadlock. The
+    staging path is the last resort."""
     driver = session.connection().connection.driver_connection
     assert driver is not None
     # The first attempt COPYs rows as `rows` gives them (PostgreSQL inserts the first
-    # while the later ones are built) and keeps them for the attempts after it.
+    # while the later ones are decoded and built) and keeps them for the retries.
     copied: list[tuple[Any, ...]] = []
 
     def keeping() -> Iterator[tuple[Any, ...]]:
@@ -110,11 +109,14 @@ def _insert_postgresql(session: Session, rows: Iterator[tuple[Any, ...]]) -> int
             with driver.pipeline():
                 cursor.execute(HOLD_INGEST_LOCK)
                 cursor.execute("SAVEPOINT usage_copy")
-            for attempt in range(_COPY_ATTEMPTS):
-                inserted = _copy_new_rows(cursor, copied if attempt else keeping(), attempt > 0)
+            inserted = _attempt(cursor, lambda: _copy_rows(cursor, keeping()))
+            if inserted is not None:
+                return inserted
+            copied.extend(rows)  # the failed COPY may not have asked for every row
+            for _ in range(_COPY_ATTEMPTS - 1):
+                inserted = _copy_unstored_rows(cursor, copied)
                 if inserted is not None:
                     return inserted
-                copied.extend(rows)  # a failed COPY may not have asked for every row
             return _insert_via_staging(cursor, copied)
     except psycopg.OperationalError as exc:
         # Raised by the driver itself: wrapped as SQLAlchemy's would be, so that the
@@ -122,42 +124,16 @@ def _insert_postgresql(session: Session, rows: Iterator[tuple[Any, ...]]) -> int
         raise OperationalError("COPY usage_records", None, exc) from exc
 
 
-_COPY_ATTEMPTS = 5
+_COPY_ATTEMPTS = 5  # of each path: the COPYs, then the staging insert
 
 
-def _copy_new_rows(
-    cursor: psycopg.Cursor[Any], values: Iterable[tuple[Any, ...]], retry: bool
-) -> int | None:
-    """One attempt, under the savepoint `usage_copy`: every row (the first), or the
-    rows an indexed `= ANY` lookup does not find (a retry, given a list). How many
-    went in, or None when stored or concurrently written rows got in the way. An
-    exception from the rows themselves rolls the attempt back and propagates."""
-    if retry:
-        values = list(values)
-        cursor.execute(
-            "SELECT request_id FROM usage_records WHERE request_id = ANY(%s)",
-            ([v[0] for v in values],),
-        )
-        stored = {request_id for (request_id,) in cursor.fetchall()}
-        values = [v for v in values if v[0] not in stored]
-        if not values:
-            return 0
-    written = 0
+def _attempt(cursor: psycopg.Cursor[Any], copy: Callable[[], int]) -> int | None:
+    """One COPY under the savepoint `usage_copy`: how many rows went in, or None
+    (rolled back) when stored or concurrently written rows got in the way. An
+    exception from the rows themselves (a record the bulk path declines) also rolls
+    it back, and propagates; a database error leaves the transaction to the caller."""
     try:
-        if retry:
-            assert isinstance(values, list)
-            cursor.execute(_NEXT_IDS, (len(values),))
-            ids = [next_id for (next_id,) in cursor.fetchall()]
-            ordered = sorted(zip(ids, values, strict=True), key=lambda pair: pair[1][0])
-            with cursor.copy(_COPY_USAGE_WITH_IDS) as copy:
-                for next_id, row in ordered:
-                    copy.write_row((next_id, *row))
-            written = len(ordered)
-        else:
-            with cursor.copy(_COPY_USAGE) as copy:
-                for row in values:
-                    copy.write_row(row)
-                    written += 1
+        return copy()
     except (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected):
         cursor.execute("ROLLBACK TO SAVEPOINT usage_copy")
         return None
@@ -166,7 +142,39 @@ def _copy_new_rows(
     except Exception:
         cursor.execute("ROLLBACK TO SAVEPOINT usage_copy")
         raise
+
+
+def _copy_rows(cursor: psycopg.Cursor[Any], rows: Iterable[tuple[Any, ...]]) -> int:
+    written = 0
+    with cursor.copy(_COPY_USAGE) as copy:
+        for row in rows:
+            copy.write_row(row)
+            written += 1
     return written
+
+
+def _copy_unstored_rows(cursor: psycopg.Cursor[Any], values: list[tuple[Any, ...]]) -> int | None:
+    """A retry: the rows an indexed `= ANY` lookup does not find, with ids taken in
+    body order, COPYed in request_id order."""
+    cursor.execute(
+        "SELECT request_id FROM usage_records WHERE request_id = ANY(%s)",
+        ([v[0] for v in values],),
+    )
+    stored = {request_id for (request_id,) in cursor.fetchall()}
+    new = [v for v in values if v[0] not in stored]
+    if not new:
+        return 0
+
+    def copy_in_request_id_order() -> int:
+        cursor.execute(_NEXT_IDS, (len(new),))
+        ids = [next_id for (next_id,) in cursor.fetchall()]
+        ordered = sorted(zip(ids, new, strict=True), key=lambda pair: pair[1][0])
+        with cursor.copy(_COPY_USAGE_WITH_IDS) as copy:
+            for next_id, row in ordered:
+                copy.write_row((next_id, *row))
+        return len(ordered)
+
+    return _attempt(cursor, copy_in_request_id_order)
 
 
 _COPY_USAGE_WITH_IDS = f"COPY usage_records (id, {_COLUMNS}) FROM STDIN"

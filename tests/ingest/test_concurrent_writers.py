@@ -63,13 +63,13 @@ def test_a_writer_racing_a_committing_writer_stores_the_rest_once(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     attempts: list[int | None] = []
-    copy_new_rows = usage_repository._copy_new_rows
+    attempt = usage_repository._attempt
 
-    def spy(cursor, values, retry):  # type: ignore[no-untyped-def]
-        attempts.append(copy_new_rows(cursor, values, retry))
+    def spy(cursor, copy):  # type: ignore[no-untyped-def]
+        attempts.append(attempt(cursor, copy))
         return attempts[-1]
 
-    monkeypatch.setattr(usage_repository, "_copy_new_rows", spy)
+    monkeypatch.setattr(usage_repository, "_attempt", spy)
     factory = make_sessionmaker(engine)
     first = factory()
     rows = [record_values(decode_line(line(i)), 1) for i in range(100)]  # type: ignore[arg-type]
