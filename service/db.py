@@ -58,7 +58,7 @@ def _bind_none_and_bytes_directly() -> None:
     through its adapter protocol: for each such value it builds a registry key, then
     fails two attribute lookups, one of which formats an AttributeError message. A
     usage row holds about eight of them (its optional columns and the block_hashes
-    blob), which cost half of its insert's time outside SQLite. Identity adapters
+    blob). Identity adapters
     make the registry lookup hit at once; what is bound does not change. The
     registry is the sqlite3 module's, so this applies process-wide, idempotently."""
     sqlite3.register_adapter(type(None), _still_none)

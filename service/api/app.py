@@ -44,11 +44,10 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 @cache
 def _freeze_startup_heap() -> None:
     """Move every object alive once the app has started (modules, routes, ORM and
-    pydantic metadata: a few hundred thousand) out of the garbage collector's reach.
-    An ingest batch allocates thousands of short-lived containers; they promote
-    into the oldest generation, and each full collection then walked the whole
-    startup heap, a tenth of the server's work per record (a one-off callgrind
-    profile, not a committed script). Once per process."""
+    pydantic metadata) out of the garbage collector's reach. An ingest batch
+    allocates thousands of short-lived containers; they promote into the oldest
+    generation, and each full collection then walked the whole startup heap, which
+    does not change. Once per process."""
     gc.collect()
     gc.freeze()
 

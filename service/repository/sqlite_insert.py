@@ -1,13 +1,12 @@
 """How a batch of rows goes into SQLite through pysqlite with the least work per row.
 
-Profiled with callgrind on the ingest bench's rows (22 columns, four indexes), two
-things cost more than they need to when each row is its own `executemany` step:
+On usage rows (22 columns, four indexes), two things cost more than they need to
+when each row is its own `executemany` step:
 
-- pysqlite binds int, float and str directly but None through its adapter protocol
-  (a key built and a registry lookup per value). A typical usage row has about ten
-  empty optional fields. So each run of consecutive rows with the same absent
-  fields goes in with a statement that leaves those columns out: they default to
-  NULL without being bound.
+- Every bound value costs pysqlite a call, None more than most (`service.db` says
+  why), and a typical usage row has about ten empty optional fields. So each run
+  of consecutive rows with the same absent fields goes in with a statement that
+  leaves those columns out: they default to NULL without being bound.
 - Each executed statement opens and closes a cursor on the table and on every
   index, and ends in a statement halt, per row. One INSERT with many VALUES rows
   pays that once.

@@ -61,7 +61,7 @@ class TokenCache:
     """Valid tokens seen in the last `ttl_s` seconds, by SHA-256. Without it every
     batch a shipper posts opens a transaction just to read its token, and on SQLite
     that transaction takes the write lock (BEGIN IMMEDIATE): one more lock round a
-    request, ~4% of the ingest path's CPU. Only valid tokens are kept, so a new
+    request. Only valid tokens are kept, so a new
     token works at once; a revoked one keeps working for at most `ttl_s`."""
 
     def __init__(self, ttl_s: float, max_entries: int = 1024) -> None:
