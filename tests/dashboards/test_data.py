@@ -67,4 +67,4 @@ def test_a_sample_that_is_not_a_record_id_is_refused(
             "/dashboard/data/capacity", params={"sample": bad}, headers=read_headers
         )
         assert answer.status_code == 422, bad
-        assert "`sample`" in answer.json()["detail"]
+        assert answer.json()["detail"][0]["loc"] == ["query", "sample"]

@@ -14,11 +14,11 @@ import threading
 import time
 from collections.abc import Callable
 from functools import cache
-from typing import Any, TypeVar, cast
+from typing import Annotated, Any, TypeVar, cast
 from urllib.parse import parse_qs, urlencode
 
 import orjson
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from dashboards import data, page, queries
@@ -217,20 +217,17 @@ def series_data(request: Request, session: SessionDep, settings: SettingsDep) ->
 
 
 @router.get("/dashboard/data/capacity", dependencies=[ReadAuth])
-def capacity_data(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
+def capacity_data(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    sample: Annotated[int | None, Query(ge=0, le=2**63 - 1)] = None,
+) -> Response:
     """The capacity figure; `{"pending": true, "sample": id}` (202) while its replay
     runs, to be asked again with `sample=id`."""
     _caught_up(session, settings)
     replays = _app_cache(request, "dashboard_replays", ReplayCache)
-    sample = request.query_params.get("sample")
-    if sample is not None and not (sample.isascii() and sample.isdigit() and len(sample) < 19):
-        raise HTTPException(422, "`sample` must be the record id a pending answer gave")
-    payload = data.capacity_payload(
-        session,
-        _context(request, session),
-        replays,
-        sample=None if sample is None else int(sample),
-    )
+    payload = data.capacity_payload(session, _context(request, session), replays, sample=sample)
     return json_response(request, _encode(payload), 202 if payload["pending"] else 200)
 
 
