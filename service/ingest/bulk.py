@@ -31,25 +31,15 @@ class NotBulk(Exception):
     caller undoes what it stored of the body and takes the per-line path."""
 
 
-def bulk_values(data: bytes | bytearray, received_us: int) -> list[tuple[Any, ...]] | None:
-    """The rows of an NDJSON body (or single-line object) whose every line the fast
-    path accepts, in body order, as `fast.record_values` tuples; None otherwise."""
-    rows = bulk_rows(data, received_us)
-    if rows is None:
-        return None
-    try:
-        return list(rows)
-    except NotBulk:
-        return None
-
-
 def bulk_rows(data: bytes | bytearray, received_us: int) -> Iterator[tuple[Any, ...]] | None:
-    """`bulk_values`, lazily: None when the body is not NDJSON of one object a line
-    (its shape checked, and its first chunk decoded, before this returns), else the
-    rows as they are built, raising NotBulk at the first record the fast path
-    declines. The body is decoded chunk by chunk as the rows are asked for, so the
-    database takes the first rows while the later ones are decoded and built
-    (PostgreSQL's COPY runs in its own process, on another core)."""
+    """The rows of an NDJSON body (or single-line object) whose every line the fast
+    path accepts, in body order, as `fast.record_values` tuples, lazily. None when
+    the body is not NDJSON of one object a line (its shape checked, and its first
+    chunk decoded, before this returns); else the rows as they are built, raising
+    NotBulk at the first record the fast path declines. The body is decoded chunk
+    by chunk as the rows are asked for, so the database takes the first rows while
+    the later ones are decoded and built (PostgreSQL's COPY runs in its own
+    process, on another core)."""
     text = bytes(data).lstrip(_WHITESPACE).removeprefix(_BOM).lstrip(_WHITESPACE)
     text = text.rstrip(_WHITESPACE)
     if not (text.startswith(b"{") and text.endswith(b"}")):

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from service import repository
 from service.ingest import fast
 from service.ingest.body import UndecodableBody
-from service.ingest.bulk import CHUNK_BYTES, NotBulk, bulk_rows, bulk_values
+from service.ingest.bulk import CHUNK_BYTES, NotBulk, bulk_rows
 from tests.ingest.test_fast import (
     RECEIVED_US,
     SETTINGS,
@@ -25,6 +25,18 @@ from tests.ingest.test_fast import (
     to_line,
     valid_records,
 )
+
+
+def bulk_values(body: bytes, received_us: int) -> list[tuple[Any, ...]] | None:
+    """All the rows `bulk_rows` gives, or None when it declines the body, up front
+    or half-way (the service then takes the per-line path)."""
+    rows = bulk_rows(body, received_us)
+    if rows is None:
+        return None
+    try:
+        return list(rows)
+    except NotBulk:
+        return None
 
 
 def reference_rows(body: bytes) -> list[tuple[Any, ...]] | None:
