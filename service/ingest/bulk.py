@@ -1,19 +1,20 @@
-"""Whole-body fast path for NDJSON: one msgspec call decodes every line, and the
-rows are built as tuples straight from the structs.
+"""Whole-body fast path for NDJSON: msgspec decodes the lines, one call per chunk
+of them, and the rows are built as tuples straight from the structs.
 
 The per-line path (`body.split_records` + the service's per-item validation) stays
 the definition of what a body means: this path answers only for a body in which
 every line is a record that the fast path accepts, and then gives exactly the
 rows that path would. For anything else (a malformed line, a record the fast path
 declines, a payload a per-item hook converts, which has fields a contract record
-lacks) it answers None and the caller takes the per-line path, which decides and
-explains each line.
+lacks) it answers None, or raises NotBulk once its rows are under way, and the
+caller takes the per-line path, which decides and explains each line.
 
 Lines and values: `Decoder.decode_lines` splits values on any JSON whitespace, so
 a value could span lines or a line hold two. The body is trusted only when every
 newline sits between a `}` and a `{` (a CRLF allowed): a raw newline cannot be in
 a JSON string, and `}` then `{` is valid JSON only between top-level values, so
-every line starts a value; with as many values as lines, each line is exactly one.
+every line starts a value; with as many values as lines (counted per chunk), each
+line is exactly one.
 """
 
 from collections.abc import Iterator
