@@ -42,7 +42,7 @@ from service.ingest.records import (
     MAX_SEGMENTS,
     provider_usage_fields,
 )
-from service.ingest.timestamps import parse_ts
+from service.ingest.timestamps import END_S, parse_ts
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -247,7 +247,7 @@ def _values(record: FastRecord, received_us: int, *, check_nul: bool) -> tuple[A
     ts = record.ts
     try:
         # A plain number of seconds (the common case) inline; the rest in parse_ts.
-        if type(ts) is float and 0 <= ts <= 1e11:
+        if type(ts) is float and 0 <= ts < END_S:
             ts_us = round(ts * 1_000_000)
         else:
             ts_us = parse_ts(ts)

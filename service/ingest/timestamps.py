@@ -1,16 +1,59 @@
-"""The contract's `ts` forms, normalized to integer microseconds since the epoch."""
+"""The contract's `ts` forms, normalized to integer microseconds since the epoch, and
+the range of times cachewatch accepts (docs/ingestion.md, "Times").
+
+Accepted, for records, events and the `from`/`to` of every read:
+
+- an RFC 3339 string, `2026-11-30T14:05:00Z`: a `T`, `t` or space between date and
+  time, 1 to 9 digits of fraction, an offset `Z`, `z` or `+hh:mm`/`-hh:mm` (none
+  means UTC), and a year from MIN_YEAR to MAX_YEAR *as written* (the offset cannot
+  move a time out of the range, so a pattern on the text says exactly what is
+  accepted). Nothing else: no date alone, no ISO 8601 basic form, no whitespace;
+- an epoch number, its unit read from its magnitude as the contract says (seconds,
+  above 1e11 milliseconds, above 1e14 microseconds, above 1e17 nanoseconds), from
+  the epoch up to (not including) END_S, in its unit: EPOCH_NUMBER_RANGES.
+
+Why a range at all: every later step (rollup buckets, chart days, the dashboard's
+previous range, RFC 3339 output) must work for every stored time, and a time
+before 1970 or after 2099 is a unit or clock mistake, not an LLM request. A usage
+record is also refused when it starts more than `max_future_s` after the server
+received it (`check_not_future`): the dashboard anchors its default view at the
+newest data, and one record from the future would empty it."""
 
 import math
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta, timezone
 
 _US_PER_S = 1_000_000
-# 9999-12-31T23:59:59.999999Z, the last moment RFC 3339 (and Python's datetime) can
-# write; a larger number is a unit mistake, and it would overflow the 64-bit column.
-_MAX_US = 253_402_300_799_999_999
+MIN_YEAR = 1970
+MAX_YEAR = 2099
+#: 2100-01-01T00:00:00Z: epoch numbers must be before it.
+END_S = 4_102_444_800
+END_US = END_S * _US_PER_S
+
+#: The epoch numbers accepted, one interval per unit: (low, low_inclusive, high),
+#: high exclusive. Seconds from 0 (inclusive); milliseconds, microseconds and
+#: nanoseconds from the contract's bound of their magnitude (exclusive), each up to
+#: END_S in its unit. The OpenAPI schema is built from these.
+EPOCH_NUMBER_RANGES: tuple[tuple[float, bool, int], ...] = (
+    (0, True, END_S),
+    (1e11, False, END_S * 1000),
+    (1e14, False, END_S * 1_000_000),
+    (1e17, False, END_S * 1_000_000_000),
+)
+
+_RFC3339 = re.compile(
+    r"(?P<year>\d{4})-(?P<month>\d{2})-(?P<day>\d{2})[Tt ]"
+    r"(?P<hour>\d{2}):(?P<minute>\d{2}):(?P<second>\d{2})(?:\.(?P<fraction>\d{1,9}))?"
+    r"(?:(?P<utc>[Zz])|(?P<sign>[+-])(?P<off_hour>\d{2}):(?P<off_minute>\d{2}))?"
+)
+#: An epoch number written in a query string (`from`, `to`): plain decimal digits.
+_DECIMAL = re.compile(r"\d{1,20}(?:\.\d{1,9})?")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def parse_ts(value: object) -> int:
-    """RFC 3339 string (no offset means UTC) or epoch number -> epoch microseconds."""
+    """RFC 3339 string (no offset means UTC) or epoch number -> epoch microseconds.
+    ValueError says why not."""
     if isinstance(value, bool):
         raise ValueError("ts must be an RFC 3339 string or a number, not a boolean")
     if isinstance(value, int | float):
@@ -21,15 +64,32 @@ def parse_ts(value: object) -> int:
 
 
 def parse_ts_text(text: str) -> int:
-    """A `ts` written in a query string (`from`, `to`): an epoch number in any of
-    its magnitudes, or RFC 3339. ValueError says why not."""
-    try:
-        number = float(text)
-    except ValueError:
+    """A `ts` written in a query string (`from`, `to`): an epoch number in decimal
+    digits (any of its magnitudes), or RFC 3339. ValueError says why not."""
+    if _DECIMAL.fullmatch(text) is None:
         return parse_ts(text)
-    if number.is_integer():  # "1714564800" stays an exact int, not a float
-        return parse_ts(int(number))
-    return parse_ts(number)
+    if "." not in text:  # "1714564800" stays an exact int, not a float
+        return parse_ts(int(text))
+    return parse_ts(float(text))
+
+
+def check_not_future(ts_us: int, received_us: int, max_future_s: float) -> None:
+    """A usage record may start at most `max_future_s` after it was received."""
+    ahead_s = (ts_us - received_us) / _US_PER_S
+    if ahead_s > max_future_s:
+        raise ValueError(
+            f"ts {us_to_rfc3339(ts_us)} is {_span(ahead_s)} after the server's clock "
+            f"(at most {_span(max_future_s)} ahead is accepted); a time without an "
+            "offset is UTC"
+        )
+
+
+def _span(seconds: float) -> str:
+    if seconds >= 86_400:
+        return f"{seconds / 86_400:.1f} days"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds:.0f} s"
 
 
 def _epoch_number_to_us(value: float) -> int:
@@ -40,41 +100,68 @@ def _epoch_number_to_us(value: float) -> int:
     # Scaled by magnitude: above 1e17 is ns, 1e14 us, 1e11 ms, else s. A plain
     # if-chain: this runs once per record and a generator cost 3x as much.
     if value > 1e17:
-        factor, divisor = 1, 1000
+        factor, divisor, end = 1, 1000, END_S * 1_000_000_000
     elif value > 1e14:
-        factor, divisor = 1, 1
+        factor, divisor, end = 1, 1, END_US
     elif value > 1e11:
-        factor, divisor = 1000, 1
+        factor, divisor, end = 1000, 1, END_S * 1000
     else:
-        factor, divisor = _US_PER_S, 1
-    ts_us = value * factor // divisor if isinstance(value, int) else round(value * factor / divisor)
-    if ts_us > _MAX_US:
-        raise ValueError("ts must not be after the year 9999")
-    return ts_us
+        factor, divisor, end = _US_PER_S, 1, END_S
+    if value >= end:
+        raise ValueError(
+            "ts must be before 2100 (an epoch number in seconds, or above 1e11 "
+            "milliseconds, 1e14 microseconds, 1e17 nanoseconds)"
+        )
+    if isinstance(value, int):
+        return value * factor // divisor
+    return round(value * factor / divisor)
 
 
 def _rfc3339_to_us(text: str) -> int:
-    if not 10 <= len(text) <= 64:
-        raise ValueError("ts is not an RFC 3339 timestamp")
-    normalized = text.strip()
-    # Python < 3.12 rejects a lowercase 'z' and the ' ' separator is RFC 3339-legal.
-    if normalized[-1:] in "zZ":
-        normalized = normalized[:-1] + "+00:00"
+    match = _RFC3339.fullmatch(text) if len(text) <= 40 else None
+    if match is None:
+        raise ValueError(
+            f"ts {text[:64]!r} is not an RFC 3339 timestamp (like 2026-11-30T14:05:00Z)"
+        )
+    year = int(match["year"])
+    if not MIN_YEAR <= year <= MAX_YEAR:
+        raise ValueError(f"ts {text!r}: the year must be from {MIN_YEAR} to {MAX_YEAR}")
+    if match["second"] == "60":
+        raise ValueError(f"ts {text!r}: a leap second (:60) is not accepted")
+    fraction = (match["fraction"] or "").ljust(6, "0")[:6]
     try:
-        parsed = datetime.fromisoformat(normalized)
-    except ValueError:
-        raise ValueError(f"ts {text[:64]!r} is not an RFC 3339 timestamp") from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    delta = parsed - _EPOCH
+        moment = datetime(
+            year,
+            int(match["month"]),
+            int(match["day"]),
+            int(match["hour"]),
+            int(match["minute"]),
+            int(match["second"]),
+            int(fraction),
+            tzinfo=_offset(match),
+        )
+    except ValueError as exc:
+        raise ValueError(f"ts {text!r} is not a valid time: {exc}") from None
+    delta = moment - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * _US_PER_S + delta.microseconds
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+def _offset(match: re.Match[str]) -> timezone:
+    if match["sign"] is None:
+        return UTC
+    hours, minutes = int(match["off_hour"]), int(match["off_minute"])
+    if hours > 23 or minutes > 59:
+        raise ValueError("the offset must be at most 23:59")
+    sign = -1 if match["sign"] == "-" else 1
+    return timezone(sign * timedelta(hours=hours, minutes=minutes))
 
 
 def us_to_rfc3339(ts_us: int) -> str:
-    """Epoch microseconds -> RFC 3339 in UTC with a `Z`, as every answer gives times."""
-    seconds, micros = divmod(ts_us, _US_PER_S)
-    moment = datetime.fromtimestamp(seconds, UTC).replace(microsecond=micros)
+    """Epoch microseconds -> RFC 3339 in UTC with a `Z`, as every answer gives times.
+    Times outside what a datetime holds (only in a database written before the range
+    above was enforced) are written at the nearest end of it."""
+    try:
+        moment = _EPOCH + timedelta(microseconds=ts_us)
+    except OverflowError:
+        moment = (datetime.max if ts_us > 0 else datetime.min).replace(tzinfo=UTC)
     return moment.isoformat().replace("+00:00", "Z")
