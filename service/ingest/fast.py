@@ -42,7 +42,7 @@ from service.ingest.records import (
     MAX_SEGMENTS,
     provider_usage_fields,
 )
-from service.ingest.timestamps import END_S, parse_ts
+from service.ingest.timestamps import END_S, MAX_FUTURE_US, parse_ts
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -247,12 +247,11 @@ def _values(record: FastRecord, received_us: int, *, check_nul: bool) -> tuple[A
     ts = record.ts
     try:
         # A plain number of seconds (the common case) inline; the rest in parse_ts.
-        if type(ts) is float and 0 <= ts < END_S:
-            ts_us = round(ts * 1_000_000)
-        else:
-            ts_us = parse_ts(ts)
+        ts_us = round(ts * 1_000_000) if type(ts) is float and 0 <= ts < END_S else parse_ts(ts)
     except Exception:  # pydantic's path says why (or raises the same)
         return None
+    if ts_us - received_us > MAX_FUTURE_US:
+        return None  # UsageRecordIn, given the received time, says why
     return (
         request_id,
         ts_us,

@@ -12,11 +12,12 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
+    ValidationInfo,
     model_validator,
 )
 
 from service.ingest.hashing import hash_key, pack_block_hashes
-from service.ingest.timestamps import parse_ts
+from service.ingest.timestamps import check_not_future, parse_ts
 
 MAX_BLOCKS = 8192
 MAX_SEGMENTS = 1024
@@ -93,7 +94,7 @@ class UsageRecordIn(BaseModel):
         return {**provider_usage_fields(data["usage"]), **data}
 
     @model_validator(mode="after")
-    def _check_consistency(self) -> "UsageRecordIn":
+    def _check_consistency(self, info: ValidationInfo) -> "UsageRecordIn":
         # PostgreSQL text cannot hold NUL; refuse it here rather than fail the batch.
         for name in _TEXT_FIELDS:
             value = getattr(self, name)
@@ -105,7 +106,16 @@ class UsageRecordIn(BaseModel):
             raise ValueError("block_hashes needs block_size")
         if self.prefix_hash is not None and self.prefix_tokens is None:
             raise ValueError("prefix_hash needs prefix_tokens")
+        # Validated as received (`received_context`): not after the server's clock.
+        if isinstance(info.context, dict) and "received_us" in info.context:
+            check_not_future(self.ts, info.context["received_us"])
         return self
+
+
+def received_context(received_us: int) -> dict[str, int]:
+    """The validation context of a record received at `received_us`:
+    `UsageRecordIn.model_validate(value, context=received_context(t))`."""
+    return {"received_us": received_us}
 
 
 _TEXT_FIELDS = (

@@ -15,7 +15,7 @@ Accepted, for records, events and the `from`/`to` of every read:
 Why a range at all: every later step (rollup buckets, chart days, the dashboard's
 previous range, RFC 3339 output) must work for every stored time, and a time
 before 1970 or after 2099 is a unit or clock mistake, not an LLM request. A usage
-record is also refused when it starts more than `max_future_s` after the server
+record is also refused when it starts more than MAX_FUTURE_S after the server
 received it (`check_not_future`): the dashboard anchors its default view at the
 newest data, and one record from the future would empty it."""
 
@@ -24,6 +24,10 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 
 _US_PER_S = 1_000_000
+#: How far after the server's clock a usage record may start: a day covers clock
+#: skew and local times sent without their offset (read as UTC) in every zone.
+MAX_FUTURE_S = 86_400
+MAX_FUTURE_US = MAX_FUTURE_S * _US_PER_S
 MIN_YEAR = 1970
 MAX_YEAR = 2099
 #: 2100-01-01T00:00:00Z: epoch numbers must be before it.
@@ -73,23 +77,20 @@ def parse_ts_text(text: str) -> int:
     return parse_ts(float(text))
 
 
-def check_not_future(ts_us: int, received_us: int, max_future_s: float) -> None:
-    """A usage record may start at most `max_future_s` after it was received."""
-    ahead_s = (ts_us - received_us) / _US_PER_S
-    if ahead_s > max_future_s:
+def check_not_future(ts_us: int, received_us: int) -> None:
+    """A usage record may start at most MAX_FUTURE_S after it was received."""
+    if ts_us - received_us > MAX_FUTURE_US:
         raise ValueError(
-            f"ts {us_to_rfc3339(ts_us)} is {_span(ahead_s)} after the server's clock "
-            f"(at most {_span(max_future_s)} ahead is accepted); a time without an "
-            "offset is UTC"
+            f"ts {us_to_rfc3339(ts_us)} is {_span((ts_us - received_us) / _US_PER_S)} "
+            f"after the server's clock (at most {_span(MAX_FUTURE_S)} ahead is accepted; "
+            "a time without an offset is UTC)"
         )
 
 
 def _span(seconds: float) -> str:
     if seconds >= 86_400:
         return f"{seconds / 86_400:.1f} days"
-    if seconds >= 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds:.0f} s"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _epoch_number_to_us(value: float) -> int:

@@ -188,14 +188,42 @@ def load_chart(session: Session, grain_s: int, from_us: int, to_us: int) -> pl.D
     return _frame(session.execute(query).all(), CHART_SCHEMA)
 
 
-def rollup_bucket_range(session: Session, from_us: int | None) -> tuple[int, int] | None:
-    """First and last minute `rollups` buckets (from `from_us` on), or None."""
+def rollup_hours(session: Session, from_us: int | None) -> list[int]:
+    """The hour buckets holding `rollups` data (from the hour of `from_us` on), in
+    order: one value per hour with data, however far apart those hours are."""
     t = ROLLUP_TABLE.c
-    where = [t.grain_s == 60]
+    where = [t.grain_s == 3600]
     if from_us is not None:
-        where.append(t.bucket_us >= from_us)
-    row = session.execute(select(func.min(t.bucket_us), func.max(t.bucket_us)).where(*where)).one()
-    return None if row[0] is None else (int(row[0]), int(row[1]))
+        where.append(t.bucket_us >= (from_us // _HOUR_US) * _HOUR_US)
+    query = select(t.bucket_us).where(*where).distinct().order_by(t.bucket_us)
+    return [int(b) for b in session.scalars(query).all()]
+
+
+def count_buckets_with_data(
+    session: Session,
+    level: int,
+    service: str,
+    model: str,
+    segments: Sequence[Segment],
+    bucket_us: int,
+    limit: int,
+) -> int:
+    """How many `bucket_us` buckets hold chart rows of one scope over the segments
+    (whose grains divide the bucket), counting at most `limit`: the database stops
+    there."""
+    c = CHART_TABLE.c
+    parts = [
+        select((c.bucket_us // bucket_us).label("bucket")).where(
+            *_in_segment(level, service, model, segment)
+        )
+        for segment in segments
+    ]
+    if not parts:
+        return 0
+    rows = parts[0] if len(parts) == 1 else union_all(*parts)
+    filled = rows.subquery()
+    buckets = select(filled.c.bucket).distinct().limit(limit).subquery()
+    return int(session.scalar(select(func.count()).select_from(buckets)) or 0)
 
 
 def sum_by_model(
@@ -241,6 +269,7 @@ PREFIX_SUMS = [
     "rewarms",
     "rewarm_tokens",
 ]
+_HOUR_US = 3600 * 1_000_000
 _DAY_US = 86_400 * 1_000_000
 
 

@@ -43,19 +43,19 @@ def rebuild_prefix_days(session: Session, from_us: int | None) -> None:
 
 
 def rebuild_from(session: Session, from_us: int | None) -> None:
-    """Replace every chart row from the bucket holding `from_us` on (None: all)."""
+    """Replace every chart row from the bucket holding `from_us` on (None: all).
+
+    Only the days that hold data are rebuilt (plus the one holding `from_us`, whose
+    coarse buckets were deleted and are rebuilt from their older finer rows): the
+    work follows the data, not the span of time between its oldest and newest
+    record, which one record from 1970 makes 20,000 days long."""
     for grain, _ in chart.CHAIN:
         start = None if from_us is None else (from_us // (grain * 1_000_000)) * grain * 1_000_000
         queries.delete_chart_from(session, grain, start)
-    extent = queries.rollup_bucket_range(session, from_us)
-    days: list[int] = []
+    days = {(hour // _DAY_US) * _DAY_US for hour in queries.rollup_hours(session, from_us)}
     if from_us is not None:
-        # Even without minute rows from `from_us` on, the coarse buckets holding it
-        # were deleted above and are rebuilt from their older finer rows.
-        days.append((from_us // _DAY_US) * _DAY_US)
-    if extent is not None:
-        days += range((extent[0] // _DAY_US) * _DAY_US, extent[1] + 1, _DAY_US)
-    for day in sorted(set(days)):
+        days.add((from_us // _DAY_US) * _DAY_US)
+    for day in sorted(days):
         _rebuild_day(session, day, day if from_us is None else max(from_us, day))
 
 

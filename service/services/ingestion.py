@@ -13,7 +13,12 @@ from service.ingest.body import BodyItem, UndecodableBody, decompress, split_rec
 from service.ingest.bulk import NotBulk, bulk_rows
 from service.ingest.fast import convert_value, record_values
 from service.ingest.litellm import convert_item, is_litellm_payload
-from service.ingest.records import UsageRecordIn, format_validation_error, to_row
+from service.ingest.records import (
+    UsageRecordIn,
+    format_validation_error,
+    received_context,
+    to_row,
+)
 
 MAX_REPORTED_ERRORS = 100
 USAGE_ENDPOINT = "usage"
@@ -122,7 +127,7 @@ def _validate(item: BodyItem, received_us: int) -> tuple[tuple[Any, ...] | None,
     if not isinstance(item.value, dict):
         return None, "a record must be a JSON object"
     try:
-        validated = UsageRecordIn.model_validate(item.value)
+        validated = UsageRecordIn.model_validate(item.value, context=received_context(received_us))
     except ValidationError as exc:
         return None, format_validation_error(exc)
     return repository.usage_row_values(to_row(validated, received_us)), None

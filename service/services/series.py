@@ -103,13 +103,6 @@ def series(session: Session, query: SeriesQuery) -> SeriesAnswer:
     if extent is None:
         return SeriesAnswer([], metric_values(dict.fromkeys(SUM_COLUMNS, 0), 0, 0, {}), (), 0)
     bucket_us = query.bucket_s * 1_000_000
-    spanned = extent[1] // bucket_us - extent[0] // bucket_us + 1
-    if spanned > MAX_BUCKETS:
-        raise TooManyBuckets(
-            f"`bucket`: {query.bucket_s} s buckets over this range make {spanned:,} buckets "
-            f"with data; at most {MAX_BUCKETS:,} per request: ask a larger bucket or a "
-            "shorter range"
-        )
     # No data outside the extent: widen to whole days within the bounds, so the
     # middle of the range is read from the coarsest rows.
     day_us = 86_400 * 1_000_000
@@ -117,6 +110,7 @@ def series(session: Session, query: SeriesQuery) -> SeriesAnswer:
     hi = -(-(extent[1] + MINUTE_US) // day_us) * day_us
     lo, hi = max(lo, low) if low is not None else lo, min(hi, high) if high is not None else hi
     segments = plan(lo, hi, query.bucket_s)
+    _check_bucket_count(session, level, service, model, extent, segments, query.bucket_s)
     grains = tuple(sorted({s.grain_s for s in segments}, reverse=True))
     scope = (session, level, service, model)
     if grains != (query.bucket_s,):
@@ -131,6 +125,33 @@ def series(session: Session, query: SeriesQuery) -> SeriesAnswer:
     with _no_gc():
         buckets, totals = single_row_buckets(rows), _totals(coarse)
     return SeriesAnswer(buckets, totals, grains, rows.height + coarse.height)
+
+
+def _check_bucket_count(
+    session: Session,
+    level: int,
+    service: str,
+    model: str,
+    extent: tuple[int, int],
+    segments: list[Segment],
+    bucket_s: int,
+) -> None:
+    """Raise TooManyBuckets when more than MAX_BUCKETS buckets hold data. The
+    buckets between the extent's ends bound that count, so it is only counted (by
+    the database, stopping past the limit) when they exceed it: data far apart (one
+    record from 1970 beside today's) spans millions of buckets but fills few."""
+    bucket_us = bucket_s * 1_000_000
+    if extent[1] // bucket_us - extent[0] // bucket_us + 1 <= MAX_BUCKETS:
+        return
+    filled = queries.count_buckets_with_data(
+        session, level, service, model, segments, bucket_us, MAX_BUCKETS + 1
+    )
+    if filled > MAX_BUCKETS:
+        raise TooManyBuckets(
+            f"`bucket`: {bucket_s} s buckets over this range make more than "
+            f"{MAX_BUCKETS:,} buckets with data, the most one request answers: ask a "
+            "larger bucket or a shorter range"
+        )
 
 
 def summarize(rows: pl.DataFrame, bucket_us: int) -> list[dict[str, Any]]:

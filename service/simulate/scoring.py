@@ -3,6 +3,7 @@ tests, `bench/detection.py` and the demo share it."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,7 +30,11 @@ def load_records(
     for start in range(0, len(records), batch):
         body = b"\n".join(orjson.dumps(r) for r in records[start : start + batch])
         outcome = ingest_usage(
-            session, body, content_encoding=None, max_decompressed_bytes=1 << 34, received_us=0
+            session,
+            body,
+            content_encoding=None,
+            max_decompressed_bytes=1 << 34,
+            received_us=time.time_ns() // 1000,
         )
         if outcome.rejected:
             raise ValueError(f"simulated records rejected: {outcome.errors[:3]}")

@@ -143,7 +143,7 @@ def test_gzip_bom_and_surrounding_whitespace_like_the_per_line_path() -> None:
 
 def test_one_record_is_the_single_object_body() -> None:
     line = orjson.dumps(
-        {"request_id": "x", "ts": "2026-11-29T10:00:00Z", "service": "s", "model": "m",
+        {"request_id": "x", "ts": "2025-11-29T10:00:00Z", "service": "s", "model": "m",
          "usage": {"prompt_tokens": 7, "prompt_tokens_details": {"cached_tokens": 3}},
          "segments": [{"name": "sys", "hash": "h", "tokens": 3}], "attributes": {"a": 1}}
     )  # fmt: skip

@@ -38,7 +38,7 @@ def ingest(factory: sessionmaker[Session], ids: list[int]) -> IngestOutcome:
             b"\n".join(line(i) for i in ids),
             content_encoding=None,
             max_decompressed_bytes=1 << 26,
-            received_us=1,
+            received_us=1_764_410_400_000_000,  # 2025-11-29, after every record
         )
         session.commit()
     return outcome

@@ -185,18 +185,6 @@ def test_plan_covers_the_range_with_the_coarsest_dividing_grains() -> None:
     assert Segment(86_400, 3 * day, 40 * day) in series.plan(lo, hi, 86_400)
 
 
-def test_too_many_buckets_is_a_400(
-    client: TestClient, ingest_headers: dict[str, str], read_headers: dict[str, str]
-) -> None:
-    rows = records(20, seed=9)
-    rows[0]["ts"] = T0 - 8 * 86_400  # 8 days of minutes: more than MAX_BUCKETS
-    post(client, ingest_headers, rows)
-    answer = client.get("/v1/metrics", params={"bucket": "1m"}, headers=read_headers)
-    assert answer.status_code == 400
-    assert "at most 10,080" in answer.json()["detail"]
-    assert client.get("/v1/metrics", params={"bucket": "5m"}, headers=read_headers).is_success
-
-
 def test_group_percentiles_sorted_equals_dense(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(2)
     blobs = []

@@ -25,7 +25,7 @@ def ingest(session: Session, lines: list[bytes]) -> IngestOutcome:
         b"\n".join(lines) + b"\n",
         content_encoding=None,
         max_decompressed_bytes=1 << 26,
-        received_us=1,
+        received_us=1_764_410_400_000_000,  # 2025-11-29, after every record
     )
 
 

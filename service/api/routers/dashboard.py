@@ -25,7 +25,7 @@ from dashboards import data, page, queries
 from dashboards.cache import ReplayCache, ResultCache
 from dashboards.filters import FilterError, RawFilters, resolve
 from service.api.deps import AUTH_COOKIE, BodyDep, ReadAuth, SessionDep, SettingsDep
-from service.services import analytics_pass
+from service.api.freshness import CaughtUp
 from service.services.tokens import Scope, allows, token_scope
 from service.settings import Settings
 
@@ -166,11 +166,6 @@ def _is_https(request: Request) -> bool:
 # --- data requests -----------------------------------------------------------------
 
 
-def _caught_up(session: SessionDep, settings: Settings) -> None:
-    """Answers include every record committed before the request."""
-    analytics_pass.catch_up(session, settings)
-
-
 def _context(request: Request, session: SessionDep) -> data.Context:
     try:
         return data.context(session, raw_filters(request), time.time_ns() // 1000)
@@ -204,10 +199,9 @@ def _cached(
     return json_response(request, body)
 
 
-@router.get("/dashboard/data/series", dependencies=[ReadAuth])
-def series_data(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
+@router.get("/dashboard/data/series", dependencies=[ReadAuth, CaughtUp])
+def series_data(request: Request, session: SessionDep) -> Response:
     """Headline numbers and the hit-rate, rewarms, TTFT and replicas figures."""
-    _caught_up(session, settings)
     return _cached(
         request,
         session,
@@ -216,25 +210,22 @@ def series_data(request: Request, session: SessionDep, settings: SettingsDep) ->
     )
 
 
-@router.get("/dashboard/data/capacity", dependencies=[ReadAuth])
+@router.get("/dashboard/data/capacity", dependencies=[ReadAuth, CaughtUp])
 def capacity_data(
     request: Request,
     session: SessionDep,
-    settings: SettingsDep,
     sample: Annotated[int | None, Query(ge=0, le=2**63 - 1)] = None,
 ) -> Response:
     """The capacity figure; `{"pending": true, "sample": id}` (202) while its replay
     runs, to be asked again with `sample=id`."""
-    _caught_up(session, settings)
     replays = _app_cache(request, "dashboard_replays", ReplayCache)
     payload = data.capacity_payload(session, _context(request, session), replays, sample=sample)
     return json_response(request, _encode(payload), 202 if payload["pending"] else 200)
 
 
-@router.get("/dashboard/data/tables", dependencies=[ReadAuth])
+@router.get("/dashboard/data/tables", dependencies=[ReadAuth, CaughtUp])
 def tables_data(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
     """The regressions (with their alert state) and the top prefixes."""
-    _caught_up(session, settings)
     return _cached(
         request,
         session,

@@ -6,9 +6,10 @@ from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import Response
 
 from service.api.deps import ReadAuth, SessionDep, SettingsDep
+from service.api.freshness import CaughtUp
 from service.api.params import ModelParam, ServiceParam, TimeParam, ToParam, parse_time_param
 from service.api.schemas import READ_ERRORS, CapacityOut, ErrorAnswer
-from service.services import analytics_pass, capacity
+from service.services import capacity
 from service.services.metrics import DAY_S, MINUTE_S, MetricsQuery, TooManyBuckets, metrics
 
 router = APIRouter(tags=["analytics"], responses=READ_ERRORS)
@@ -34,7 +35,7 @@ def parse_bucket(value: str | None, default_s: int) -> int:
 
 @router.get(
     "/v1/metrics",
-    dependencies=[ReadAuth],
+    dependencies=[ReadAuth, CaughtUp],
     responses={400: {"model": ErrorAnswer, "description": "More buckets than MAX_BUCKETS"}},
 )
 def get_metrics(
@@ -49,7 +50,6 @@ def get_metrics(
     """Hit rate, cacheable fraction, rewarms and TTFT per bucket and in total,
     including every record committed before the query. 400 when the range holds
     data in more than `MAX_BUCKETS` buckets (docs/metrics.md)."""
-    analytics_pass.catch_up(session, settings)
     query = MetricsQuery(
         service=service or None,
         model=model or None,
