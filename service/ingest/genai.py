@@ -80,7 +80,17 @@ def to_record(item: OtlpItem) -> dict[str, Any]:
     if ttft is not None:
         record["ttft_ms"] = ttft
     record.update(_cachewatch_fields(attrs, resource))
-    return {k: v for k, v in record.items() if v is not None}
+    return {k: _spelled_if_not_finite(v) for k, v in record.items() if v is not None}
+
+
+def _spelled_if_not_finite(value: Any) -> Any:
+    """A NaN or infinite double as OTLP JSON spells it ("NaN", "Infinity",
+    "-Infinity"): JSON has no such number, and written as null it would be taken
+    for an absent field (a TTFT silently dropped); as a string, validation rejects
+    the record and says which field."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return value
 
 
 def _tokens(attrs: dict[str, Any]) -> dict[str, Any]:

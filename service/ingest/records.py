@@ -36,7 +36,17 @@ Count = Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]
 # A TTFT or latency beyond a year is not a measurement: refused, so that one absurd
 # value cannot reach the percentiles.
 MAX_MS = 365 * 86_400_000
-Millis = Annotated[StrictInt | StrictFloat, Field(ge=0, le=MAX_MS)]
+
+
+def _milliseconds(value: Any) -> Any:
+    """A string is refused by name: OTLP's NaN and infinities arrive spelled as one
+    (service.ingest.genai), and the record must say so, not that a type is wrong."""
+    if isinstance(value, str):
+        raise ValueError(f"must be a number of milliseconds, not the string {value[:40]!r}")
+    return value
+
+
+Millis = Annotated[StrictInt | StrictFloat, Field(ge=0, le=MAX_MS), BeforeValidator(_milliseconds)]
 Label = Annotated[StrictStr, Field(max_length=200)]
 
 

@@ -29,7 +29,7 @@ from service.repository.events import (
     EVENTS_TABLE,
     add_token,
     find_token,
-    insert_event,
+    insert_events,
     list_events,
 )
 from service.repository.locks import (
@@ -70,7 +70,7 @@ __all__ = [
     "find_token",
     "get_cursor",
     "get_state",
-    "insert_event",
+    "insert_events",
     "insert_rollups",
     "insert_usage_values",
     "list_events",

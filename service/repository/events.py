@@ -16,22 +16,44 @@ from service.models import (
 EVENTS_TABLE = cast(Table, ChangeEvent.__table__)
 
 
-def insert_event(session: Session, row: dict[str, Any]) -> tuple[ChangeEvent, bool]:
-    """Store an event unless one with the same dedupe_key exists; (event, created)."""
+#: Rows per INSERT / SELECT statement: 11 columns stay far below SQLite's bound
+#: on the variables of one statement (32,766).
+_EVENT_CHUNK = 500
+
+
+def insert_events(
+    session: Session, rows: Sequence[dict[str, Any]]
+) -> list[tuple[ChangeEvent, bool]]:
+    """Store each event unless one with its dedupe_key exists; (event, created) per
+    row, in order (a row repeated in `rows` is created once). A statement per 500
+    rows, not two per row: a backfill of thousands of events holds SQLite's write
+    lock for a fraction of a second."""
     dialect = session.get_bind().dialect.name
     insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    stmt = (
-        insert(EVENTS_TABLE)
-        .values(**row)
-        .on_conflict_do_nothing(index_elements=["dedupe_key"])
-        .returning(EVENTS_TABLE.c.id)
-    )
-    # RETURNING, not rowcount: psycopg reports -1 (truthy) for a skipped insert.
-    created = session.connection().execute(stmt).first() is not None
-    event = session.scalars(
-        select(ChangeEvent).where(ChangeEvent.dedupe_key == row["dedupe_key"])
-    ).one()
-    return event, created
+    created: set[str] = set()
+    unique = list({row["dedupe_key"]: row for row in rows}.values())
+    for start in range(0, len(unique), _EVENT_CHUNK):
+        stmt = (
+            insert(EVENTS_TABLE)
+            .values(unique[start : start + _EVENT_CHUNK])
+            .on_conflict_do_nothing(index_elements=["dedupe_key"])
+            .returning(EVENTS_TABLE.c.dedupe_key)
+        )
+        # RETURNING, not rowcount: psycopg reports -1 (truthy) for a skipped insert.
+        created.update(session.connection().execute(stmt).scalars())
+    stored: dict[str, ChangeEvent] = {}
+    keys = [row["dedupe_key"] for row in unique]
+    for start in range(0, len(keys), _EVENT_CHUNK):
+        query = select(ChangeEvent).where(
+            ChangeEvent.dedupe_key.in_(keys[start : start + _EVENT_CHUNK])
+        )
+        stored.update((event.dedupe_key, event) for event in session.scalars(query))
+    answer = []
+    for row in rows:
+        key = row["dedupe_key"]
+        answer.append((stored[key], key in created))
+        created.discard(key)  # a repeat within `rows` is not created again
+    return answer
 
 
 def list_events(

@@ -2,6 +2,7 @@
 
 import hashlib
 import time
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -57,22 +58,39 @@ def dedupe_key(fields: dict[str, Any]) -> str:
     return hashlib.sha256(orjson.dumps(identity, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
+#: Events one POST /v1/events may carry (a 413 beyond): a backfill of months of
+#: deploys fits, and one body stays one short transaction.
+MAX_EVENTS_PER_REQUEST = 10_000
+
+
 def record_event(
     session: Session, event: EventIn, source: str = "posted"
 ) -> tuple[ChangeEvent, bool]:
-    row: dict[str, Any] = {
-        "ts_us": event.ts,
-        "service": event.service,
-        "kind": event.kind,
-        "model": event.model,
-        "deploy": event.deploy,
-        "replicas": event.replicas,
-        "description": event.description,
-        "source": source,
-    }
-    row["dedupe_key"] = dedupe_key(row)
-    row["created_us"] = time.time_ns() // 1000
-    return repository.insert_event(session, row)
+    return record_events(session, [event], source)[0]
+
+
+def record_events(
+    session: Session, events: Sequence[EventIn], source: str = "posted"
+) -> list[tuple[ChangeEvent, bool]]:
+    """Store the events (each once: its content is its identity); (event, created)
+    per event, in order."""
+    created_us = time.time_ns() // 1000
+    rows = []
+    for event in events:
+        row: dict[str, Any] = {
+            "ts_us": event.ts,
+            "service": event.service,
+            "kind": event.kind,
+            "model": event.model,
+            "deploy": event.deploy,
+            "replicas": event.replicas,
+            "description": event.description,
+            "source": source,
+        }
+        row["dedupe_key"] = dedupe_key(row)
+        row["created_us"] = created_us
+        rows.append(row)
+    return repository.insert_events(session, rows)
 
 
 def event_to_json(event: ChangeEvent) -> dict[str, Any]:

@@ -377,6 +377,34 @@ def test_partial_success_keeps_the_rejected_spans(
     assert "prompt_tokens" in answer_json["partialSuccess"]["errorMessage"]
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("name", ["gen_ai.server.time_to_first_token", "cachewatch.ttft_ms"])
+def test_a_ttft_that_is_not_finite_rejects_the_span(
+    client: TestClient, ingest_headers: dict[str, str], session: Session, name: str, bad: float
+) -> None:
+    """Before: 200 with no partial_success, and the TTFT stored as NULL."""
+    spelled = {"nan": "'NaN'", "inf": "'Infinity'", "-inf": "'-Infinity'"}[str(bad)]
+    answer = trace_answer(post(client, ingest_headers, traces(span(1, {name: bad}))))
+    assert answer.partial_success.rejected_spans == 1
+    assert f"ttft_ms: must be a number of milliseconds, not the string {spelled}" in (
+        answer.partial_success.error_message
+    )
+    assert stored(session) == []
+    [kept] = rejected(session)
+    assert "ttft_ms" in kept.reason
+
+
+def test_span_times_outside_the_accepted_range_are_rejected(
+    client: TestClient, ingest_headers: dict[str, str], session: Session
+) -> None:
+    """Before: a start of 2^64-1 ns (year 2554) was accepted, and wedged the pass."""
+    last = span(1, {}, start_time_unix_nano=2**64 - 1, end_time_unix_nano=2**64 - 1)
+    answer = trace_answer(post(client, ingest_headers, traces(last, span(2, {}))))
+    assert answer.partial_success.rejected_spans == 1
+    assert "ts must be before 2100" in answer.partial_success.error_message
+    assert len(stored(session)) == 1
+
+
 def test_non_genai_spans_are_ignored(
     client: TestClient, ingest_headers: dict[str, str], session: Session
 ) -> None:

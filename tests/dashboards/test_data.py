@@ -5,6 +5,7 @@ import threading
 import time
 
 import orjson
+import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
@@ -68,3 +69,46 @@ def test_a_sample_that_is_not_a_record_id_is_refused(
         )
         assert answer.status_code == 422, bad
         assert answer.json()["detail"][0]["loc"] == ["query", "sample"]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"from": "0001-01-01T00:00:00Z", "to": "0001-01-02T00:00:00Z"},
+        {"to": "0001-01-02T00:00:00Z"},
+        {"from": "9999-12-31T00:00:00Z", "to": "9999-12-31T23:00:00Z"},
+        {"from": "9999-12-31T00:00:00Z"},
+        {"from": "1970-01-01T00:00:00+14:00", "to": "1970-01-01T10:00:00Z", "bucket": "1m"},
+        {"to": "1970-01-01T00:00:00Z"},
+        {"from": "2099-12-31T23:59:59-14:00"},
+    ],
+)
+@pytest.mark.parametrize("panel", ["series", "tables", "capacity"])
+def test_ranges_at_the_ends_of_time_are_answered_or_422(
+    client: TestClient,
+    ingest_headers: dict[str, str],
+    read_headers: dict[str, str],
+    panel: str,
+    params: dict[str, str],
+) -> None:
+    """Before: 500 (`year 0 is out of range`) on both databases."""
+    body = b"\n".join(orjson.dumps(r) for r in records(20, T0, 60, service="svc"))
+    assert client.post("/v1/usage", content=body, headers=ingest_headers).status_code == 200
+    answer = client.get(f"/dashboard/data/{panel}", params=params, headers=read_headers)
+    outside = "0001" in str(params) or "9999" in str(params)
+    assert answer.status_code == (422 if outside else 200), answer.text
+    if outside:
+        assert "year must be from 1970 to 2099" in answer.json()["detail"]
+
+
+def test_the_widest_range_is_drawn(
+    client: TestClient, ingest_headers: dict[str, str], read_headers: dict[str, str]
+) -> None:
+    body = b"\n".join(orjson.dumps(r) for r in records(20, T0, 60, service="svc"))
+    assert client.post("/v1/usage", content=body, headers=ingest_headers).status_code == 200
+    params = {"from": "1970-01-01T00:00:00Z", "to": "2099-12-31T23:59:59Z"}
+    answer = client.get("/dashboard/data/series", params=params, headers=read_headers)
+    assert answer.status_code == 200, answer.text
+    view = answer.json()["view"]
+    assert view["previous_from"].startswith("18")  # the range of equal length before
+    assert answer.json()["points"] == 1  # one bucket holds the 20 minutes of data

@@ -11,7 +11,12 @@ from service.api.deps import BodyDep, IngestAuth, ReadAuth, SessionDep
 from service.api.params import ModelParam, ServiceParam, TimeParam, ToParam, parse_time_param
 from service.api.schemas import READ_ERRORS, ErrorAnswer, EventOut, json_body
 from service.ingest.records import format_validation_error
-from service.services.events import EventIn, event_to_json, record_event
+from service.services.events import (
+    MAX_EVENTS_PER_REQUEST,
+    EventIn,
+    event_to_json,
+    record_events,
+)
 
 router = APIRouter(tags=["events"], responses=READ_ERRORS)
 EVENTS_ENDPOINT = "events"
@@ -21,7 +26,11 @@ EVENTS_ENDPOINT = "events"
     "/v1/events",
     dependencies=[IngestAuth],
     response_model=EventOut | list[EventOut],
-    responses={400: {"model": ErrorAnswer}, 422: {"model": ErrorAnswer}},
+    responses={
+        400: {"model": ErrorAnswer, "description": "The body is not JSON"},
+        413: {"model": ErrorAnswer, "description": "More events than one request takes"},
+        422: {"model": ErrorAnswer, "description": "An event is invalid"},
+    },
     openapi_extra=json_body(EventIn.model_json_schema()),
 )
 def post_events(body: BodyDep, session: SessionDep) -> Any:
@@ -32,11 +41,14 @@ def post_events(body: BodyDep, session: SessionDep) -> Any:
     except orjson.JSONDecodeError as exc:
         return _reject(session, body, received_us, f"body is not JSON: {exc}", 400)
     items = payload if isinstance(payload, list) else [payload]
+    if len(items) > MAX_EVENTS_PER_REQUEST:
+        reason = f"{len(items):,} events: at most {MAX_EVENTS_PER_REQUEST:,} per request"
+        return _reject(session, body, received_us, reason, 413)
     try:
         events = [EventIn.model_validate(item) for item in items]
     except ValidationError as exc:
         return _reject(session, body, received_us, format_validation_error(exc), 422)
-    stored = [event_to_json(record_event(session, event)[0]) for event in events]
+    stored = [event_to_json(event) for event, _ in record_events(session, events)]
     return stored if isinstance(payload, list) else stored[0]
 
 
