@@ -19,12 +19,13 @@ from slack_sdk.models.blocks import (
 )
 
 from service.alerts.links import dashboard_url
-from service.alerts.mrkdwn import clip, escape, link
+from service.alerts.mrkdwn import clip, clip_mrkdwn, code, link, visible
 from service.alerts.wording import (
     attribution_line,
     cause_label,
     cause_sentence,
     duration,
+    evidence_line,
     parse_time,
     pct,
     when,
@@ -95,6 +96,7 @@ def _entries(items: Sequence[AlertItem]) -> list[tuple[Kind, Mapping[str, Any]]]
 
 
 def _name(regression: Mapping[str, Any]) -> str:
+    """`service/model`, raw: `code` it for mrkdwn, `visible` for plain_text."""
     return f"{regression['service']}/{regression['model']}"
 
 
@@ -103,11 +105,17 @@ def _drop(regression: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def _mrkdwn(text: str, limit: int = SECTION_MAX) -> MarkdownTextObject:
-    return MarkdownTextObject(text=clip(text, limit))
+    """verbatim: Slack links no URL, email or channel name and parses no mention
+    that is not written as `<...>`; only our own links are links (mrkdwn.py)."""
+    return MarkdownTextObject(text=clip_mrkdwn(text, limit), verbatim=True)
 
 
-def _header(text: str) -> HeaderBlock:
-    # plain_text: Slack does not parse it, so user strings need no escaping here.
+def _header(before: str, name: str = "", after: str = "") -> HeaderBlock:
+    """`before` + the name + `after` as plain_text, which Slack does not parse (escapes
+    of `&<>` would show): `visible` keeps the name on one line, `emoji=False` keeps
+    shortcodes as text. A long name is cut, not our words after it."""
+    room = max(HEADER_MAX - len(before) - len(after), 1)
+    text = before + clip(visible(name), room) + after
     return HeaderBlock(text=PlainTextObject(text=clip(text, HEADER_MAX), emoji=False))
 
 
@@ -131,7 +139,7 @@ def opened_message(regression: Mapping[str, Any], public_url: str) -> SlackMessa
     if resolution:
         change += f"\n*Already resolved:* {resolution}"
     blocks: list[Block] = [
-        _header(f"{name}: hit rate {before} → {after}"),
+        _header("", name, f": hit rate {before} → {after}"),
         SectionBlock(text=_mrkdwn(change)),
         SectionBlock(
             text=_mrkdwn(f"*Likely cause: {cause_label(regression)}*\n{cause_sentence(regression)}")
@@ -144,14 +152,14 @@ def opened_message(regression: Mapping[str, Any], public_url: str) -> SlackMessa
     blocks.append(
         SectionBlock(
             text=_mrkdwn(
-                f"{link(url, 'Open the dashboard')} on {escape(name)}, "
+                f"{link(url, 'Open the dashboard')} on {code(name)}, "
                 "3 hours either side of the change"
             )
         )
     )
     blocks.append(_footer(regression))
     text = (
-        f"Cache regression: {escape(name)} hit rate {before} → {after} since {since}; "
+        f"Cache regression: {code(name)} hit rate {before} → {after} since {since}; "
         f"likely cause: {cause_label(regression)}. {link(url, 'Dashboard')}"
     )
     return SlackMessage(text=text, blocks=tuple(blocks))
@@ -167,11 +175,11 @@ def resolved_message(regression: Mapping[str, Any], public_url: str) -> SlackMes
         f"({cause_label(regression)}) {_resolution(regression) or 'recovered'}."
     )
     blocks: list[Block] = [
-        _header(f"Resolved: {name} hit rate recovered"),
+        _header("Resolved: ", name, " hit rate recovered"),
         SectionBlock(text=_mrkdwn(f"{summary} {link(url, 'Open the dashboard')}")),
         _footer(regression),
     ]
-    text = f"Resolved: {escape(name)}. {summary}"
+    text = f"Resolved: {code(name)}. {summary}"
     return SlackMessage(text=text, blocks=tuple(blocks))
 
 
@@ -195,23 +203,23 @@ def digest_message(
         blocks.append(SectionBlock(text=_mrkdwn(f"…and {len(entries) - len(shown)} more.")))
     ids = ", ".join(f"#{r['id']}" for _, r in entries)
     blocks.append(ContextBlock(elements=[_mrkdwn(f"cachewatch · regressions {ids}", FIELD_MAX)]))
-    names = ", ".join(escape(name) for name in dict.fromkeys(_name(r) for _, r in entries))
-    return SlackMessage(text=clip(f"{title}: {names}", MAX_TEXT), blocks=tuple(blocks))
+    names = ", ".join(code(name) for name in dict.fromkeys(_name(r) for _, r in entries))
+    return SlackMessage(text=clip_mrkdwn(f"{title}: {names}", MAX_TEXT), blocks=tuple(blocks))
 
 
 def _digest_entry(kind: Kind, regression: Mapping[str, Any], public_url: str) -> str:
     before, after = _drop(regression)
-    name = escape(_name(regression))
+    name = code(_name(regression))
     dashboard = link(dashboard_url(public_url, regression), "Dashboard")
     since = when(str(regression["change_ts"]))
     if kind == "resolved":
         return (
-            f"*Resolved: {name}*: the drop from {before} to {after} since {since} "
+            f"*Resolved* {name}: the drop from {before} to {after} since {since} "
             f"{_resolution(regression) or 'recovered'}. {dashboard}"
         )
     resolution = _resolution(regression)
     return (
-        f"*{name}*: hit rate {before} → {after} since {since}"
+        f"*Regression* {name}: hit rate {before} → {after} since {since}"
         + (f" ({resolution})" if resolution else "")
         + f"\n*Cause:* {cause_sentence(regression)}"
         + f"\n*Change:* {attribution_line(regression)}\n{dashboard}"
@@ -238,7 +246,7 @@ def _evidence(lines: Sequence[object]) -> str:
     """`*Evidence*` and one bullet a line, as many whole lines as fit in a section."""
     text = "*Evidence*"
     for count, line in enumerate(lines):
-        bullet = "\n• " + escape(clip(str(line), EVIDENCE_LINE_MAX))
+        bullet = "\n• " + evidence_line(clip(str(line), EVIDENCE_LINE_MAX))
         if len(text) + len(bullet) > SECTION_MAX - 40:
             return text + f"\n…and {len(lines) - count} more"
         text += bullet

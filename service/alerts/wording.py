@@ -1,13 +1,14 @@
 """The words of an alert: percentages, durations, times, the attributed change and
 the cause in sentences a user can act on. Pure functions of the regression's JSON
-(contract section 5); the results are mrkdwn, user strings escaped."""
+(contract section 5); the results are mrkdwn, with user strings made inert by
+`service.alerts.mrkdwn` (names as code spans, other data as plain text)."""
 
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from service.alerts.mrkdwn import code, escape
+from service.alerts.mrkdwn import code, plain
 
 CAUSE_LABELS: dict[str, str] = {
     "prefix_instability": "the start of the request changes",
@@ -63,7 +64,7 @@ def event_name(attribution: Mapping[str, Any]) -> str:
         return "a config change"
     if kind == "note":
         return "a noted change"
-    return "a change event" if not kind else f"a {escape(kind)} event"
+    return "a change event" if not kind else f"a {plain(kind)} event"
 
 
 def attribution_line(regression: Mapping[str, Any]) -> str:
@@ -72,7 +73,7 @@ def attribution_line(regression: Mapping[str, Any]) -> str:
     if not attribution:
         return "none recorded near the drop (no deploy, replica or config event)"
     lag_s = float(attribution.get("lag_s") or 0.0)
-    source = escape(str(attribution.get("source") or "posted"))
+    source = plain(str(attribution.get("source") or "posted"))
     at = when(str(attribution["ts"])) if attribution.get("ts") else "an unknown time"
     if lag_s > 0:
         relation = "the drop began after it"
@@ -90,8 +91,13 @@ def _after_change(regression: Mapping[str, Any]) -> str:
     return f" after {event_name(attribution)}" if attribution else ""
 
 
+# Detection's line for a segment that became varied (service.detection.diagnosis).
+# Anchored at both ends and greedy, so a name holding backticks, newlines or the
+# words themselves is still read whole.
 _SEGMENT_EVIDENCE = re.compile(
-    r"^segment `([^`]+)` had ([0-9.]+) variants? per hour before and ([0-9.]+)"
+    r"segment `(.+)` had ([0-9]+(?:\.[0-9]+)?) variants? per hour before and "
+    r"([0-9]+(?:\.[0-9]+)?) after",
+    re.DOTALL,
 )
 _SEGMENT_HINTS = (
     ("tools", "tools serialized in a floating order, or with per-request data in them?"),
@@ -101,10 +107,20 @@ _SEGMENT_HINTS = (
 )
 
 
+def evidence_line(line: str) -> str:
+    """An evidence line as mrkdwn: a segment line with its name as a code span, any
+    other line as plain text (whatever it holds, it formats nothing)."""
+    match = _SEGMENT_EVIDENCE.fullmatch(line)
+    if match is None:
+        return plain(line)
+    start, end = match.span(1)
+    return plain(line[: start - 1]) + code(match[1]) + plain(line[end + 1 :])
+
+
 def _unstable_part(regression: Mapping[str, Any]) -> str:
     """Names the part that started varying when the records carried segments."""
     for line in regression.get("evidence") or []:
-        match = _SEGMENT_EVIDENCE.match(str(line))
+        match = _SEGMENT_EVIDENCE.fullmatch(str(line))
         if match is None:
             continue
         name, was, now = match.groups()
@@ -150,4 +166,5 @@ def cause_sentence(regression: Mapping[str, Any]) -> str:
 
 
 def cause_label(regression: Mapping[str, Any]) -> str:
-    return CAUSE_LABELS.get(str(regression.get("cause")), escape(str(regression.get("cause"))))
+    cause = str(regression.get("cause"))
+    return CAUSE_LABELS.get(cause) or plain(cause)
