@@ -24,6 +24,9 @@ from service.settings import Settings
 from tests.conftest import drop_database, fresh_database_url, is_postgres_run
 
 
+RECEIVED_US = 1_764_410_400_000_000  # 2025-11-29, after every record
+
+
 def line(i: int) -> bytes:
     return orjson.dumps(
         {"request_id": f"w-{i}", "ts": 1_700_000_000 + i, "service": "s", "model": "m",
@@ -38,7 +41,7 @@ def ingest(factory: sessionmaker[Session], ids: list[int]) -> IngestOutcome:
             b"\n".join(line(i) for i in ids),
             content_encoding=None,
             max_decompressed_bytes=1 << 26,
-            received_us=1_764_410_400_000_000,  # 2025-11-29, after every record
+            received_us=RECEIVED_US,
         )
         session.commit()
     return outcome
@@ -72,7 +75,7 @@ def test_a_writer_racing_a_committing_writer_stores_the_rest_once(
     monkeypatch.setattr(usage_repository, "_attempt", spy)
     factory = make_sessionmaker(engine)
     first = factory()
-    rows = [record_values(decode_line(line(i)), 1) for i in range(100)]  # type: ignore[arg-type]
+    rows = [record_values(decode_line(line(i)), RECEIVED_US) for i in range(100)]  # type: ignore[arg-type]
     assert insert_usage_values(first, rows) == 100  # not committed yet
     second: list[IngestOutcome] = []
     # 50..149 with 120 twice: its first COPY meets 50..99 uncommitted and waits.
