@@ -1,6 +1,6 @@
 """Answer shapes, so the OpenAPI schema tells clients exactly what comes back."""
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -46,8 +46,9 @@ class RejectedOut(BaseModel):
 
 
 class Health(BaseModel):
-    status: str
-    database: str
+    """The health check's answer: only that the service and its database answer."""
+
+    status: Literal["ok"]
 
 
 class Detail(BaseModel):
