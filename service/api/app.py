@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.routing import Match, Route
+from starlette.types import Scope
 
 from service import worker
 from service.api.errors import install_error_handlers
@@ -91,6 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in routers:
         app.include_router(router)
     # Flat, for the 405 answer: included routers are no plain list of routes.
+    app.openapi = lambda: _openapi_without_null_parameters(app)  # type: ignore[method-assign]
     app.state.routes = [
         route
         for route in [*app.router.routes, *(r for router in routers for r in router.routes)]
@@ -110,10 +112,39 @@ async def _method_not_allowed(request: Request, _: Exception) -> JSONResponse:
     )
 
 
-def methods_of_path(routes: list[Route], scope: dict[str, Any]) -> list[str]:
+def methods_of_path(routes: list[Route], scope: Scope) -> list[str]:
     """The methods of every route whose path matches the request's, sorted."""
     methods: set[str] = set()
     for route in routes:
         if route.methods and route.matches(scope)[0] is not Match.NONE:
             methods |= route.methods
     return sorted(methods)
+
+
+def _openapi_without_null_parameters(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema, less the `null` FastAPI gives every optional query and
+    header parameter (from `str | None`): a query string or header has no null, only
+    absent (`required: false`), and a client reading the null would send "null"."""
+    if app.openapi_schema is None:
+        schema = FastAPI.openapi(app)
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                for parameter in operation.get("parameters", []):
+                    parameter["schema"] = _without_null(parameter["schema"])
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
+def _without_null(schema: dict[str, Any]) -> dict[str, Any]:
+    options = [option for option in schema.get("anyOf", []) if option != {"type": "null"}]
+    if len(options) != 1 or len(schema["anyOf"]) != 2:
+        return schema
+    merged = dict(options[0])
+    for key, value in schema.items():
+        if key == "anyOf":
+            continue
+        if key in merged and merged[key] != value:  # two patterns: both apply
+            merged.setdefault("allOf", []).append({key: value})
+        else:
+            merged[key] = value
+    return merged

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from service import repository
 from service.api.deps import BodyDep, IngestAuth, ReadAuth, SessionDep
 from service.api.params import ModelParam, ServiceParam, TimeParam, ToParam, parse_time_param
-from service.api.schemas import READ_ERRORS, ErrorAnswer, EventOut, json_body
+from service.api.schemas import EVENT_SCHEMA, READ_ERRORS, ErrorAnswer, EventOut, json_body
 from service.ingest.records import format_validation_error
 from service.services.events import EventIn, event_to_json, record_event
 
@@ -22,7 +22,7 @@ EVENTS_ENDPOINT = "events"
     dependencies=[IngestAuth],
     response_model=EventOut | list[EventOut],
     responses={400: {"model": ErrorAnswer}, 422: {"model": ErrorAnswer}},
-    openapi_extra=json_body(EventIn.model_json_schema()),
+    openapi_extra=json_body(EVENT_SCHEMA),
 )
 def post_events(body: BodyDep, session: SessionDep) -> Any:
     """One event or a JSON array of events. The same event posted twice is stored once."""
