@@ -77,8 +77,8 @@ CHECKS = [*CONFORMANCE, negative_data_rejection, positive_data_acceptance, ignor
 SCOPES = [None, *Scope]
 # Per operation and scope, in the fuzzing phase (the coverage phase adds its own
 # cases): enough for the edge cases of each parameter while the module stays near
-# two minutes on two cores.
-MAX_EXAMPLES = 25
+# a minute on two cores.
+MAX_EXAMPLES = 50
 
 # The schema, read once at collection (schemathesis' lazy fixture loader needs a
 # private pytest attribute that pytest 9 removed); each case is sent to the test's
