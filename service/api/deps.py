@@ -1,9 +1,10 @@
-"""Request dependencies: the database session, bearer-token scopes, bounded bodies."""
+"""Request dependencies: the database session, token scopes, bounded bodies."""
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, HTTPException, Request, Security
+from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
@@ -27,32 +28,71 @@ SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 
 AUTH_COOKIE = "cachewatch_token"
 
+# Declared as security schemes, so the OpenAPI schema says how each operation is
+# authorised: writes by the bearer header alone, reads by it or the dashboard's cookie.
+_BEARER = HTTPBearer(
+    scheme_name="bearer",
+    auto_error=False,
+    description="A token from `cachewatch token create`; the only credential for writes.",
+)
+_COOKIE = APIKeyCookie(
+    name=AUTH_COOKIE,
+    scheme_name="cookie",
+    auto_error=False,
+    description="The dashboard's login cookie (`POST /login`): authorises reads only.",
+)
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]
+CookieDep = Annotated[str | None, Depends(_COOKIE)]
 
-def _presented_token(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
-    scheme, _, credentials = header.partition(" ")
-    if scheme.lower() == "bearer" and credentials.strip():
-        return credentials.strip()
-    return request.cookies.get(AUTH_COOKIE)
+WRITES_NEED_BEARER = (
+    "writes need the `Authorization: Bearer <token>` header: "
+    "the dashboard's login cookie authorises reads only"
+)
 
 
 def require_scope(needed: Scope) -> Callable[..., Awaitable[None]]:
-    async def check(request: Request, settings: SettingsDep) -> None:
-        if needed is Scope.READ and settings.public_read:
-            return
-        token = _presented_token(request)
-        if token is None:
-            raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
-        token = token[:512]
-        cache: TokenCache = request.app.state.token_cache
-        factory: sessionmaker[Session] = request.app.state.sessionmaker
-        granted = await cache.scope(token, lambda: run_in_threadpool(_stored_scope, factory, token))
-        if granted is None:
-            raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
-        if not allows(granted, needed):
-            raise HTTPException(403, f"this token has the `{granted}` scope, not `{needed}`")
+    """The dependency that checks a token for `needed`. Reads take the bearer header
+    or the dashboard's cookie; writes (`ingest`, `admin`) only the header. A cookie
+    is sent by the browser on its own, so a cookie that authorised a write would let
+    any page the user visits post on their behalf (a same-site page even past
+    SameSite=Strict, and a `text/plain` POST needs no CORS preflight); a header has
+    to be set by code that holds the token."""
+    if needed is Scope.READ:
 
-    return check
+        async def check_read(
+            request: Request, settings: SettingsDep, bearer: BearerDep, cookie: CookieDep
+        ) -> None:
+            if settings.public_read:
+                return
+            token = bearer.credentials if bearer is not None else cookie
+            if token is None:
+                raise _unauthorised("missing bearer token")
+            await _check_token(request, token, needed)
+
+        return check_read
+
+    async def check_write(request: Request, bearer: BearerDep) -> None:
+        if bearer is None:
+            cookie_only = AUTH_COOKIE in request.cookies
+            raise _unauthorised(WRITES_NEED_BEARER if cookie_only else "missing bearer token")
+        await _check_token(request, bearer.credentials, needed)
+
+    return check_write
+
+
+def _unauthorised(message: str) -> HTTPException:
+    return HTTPException(401, message, headers={"WWW-Authenticate": "Bearer"})
+
+
+async def _check_token(request: Request, token: str, needed: Scope) -> None:
+    token = token[:512]
+    cache: TokenCache = request.app.state.token_cache
+    factory: sessionmaker[Session] = request.app.state.sessionmaker
+    granted = await cache.scope(token, lambda: run_in_threadpool(_stored_scope, factory, token))
+    if granted is None:
+        raise _unauthorised("unknown token")
+    if not allows(granted, needed):
+        raise HTTPException(403, f"this token has the `{granted}` scope, not `{needed}`")
 
 
 def _stored_scope(factory: sessionmaker[Session], token: str) -> Scope | None:
@@ -63,8 +103,15 @@ def _stored_scope(factory: sessionmaker[Session], token: str) -> Scope | None:
         return token_scope(session, token)
 
 
-IngestAuth = Depends(require_scope(Scope.INGEST))
-ReadAuth = Depends(require_scope(Scope.READ))
+def scope_auth(needed: Scope) -> Any:
+    """`dependencies=[...]` entry of an operation that needs `needed`; the scope is
+    named in the operation's OpenAPI `security` requirement."""
+    return Security(require_scope(needed), scopes=[needed.value])
+
+
+IngestAuth = scope_auth(Scope.INGEST)
+ReadAuth = scope_auth(Scope.READ)
+AdminAuth = scope_auth(Scope.ADMIN)
 
 
 async def read_bounded_body(request: Request, settings: SettingsDep) -> bytes:

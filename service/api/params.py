@@ -2,24 +2,40 @@
 
 from typing import Annotated, Any
 
-from fastapi import HTTPException, Query
+from fastapi import Header, HTTPException, Query
 
+from service.api.schemas import CONTENT_ENCODING_PATTERN, NO_NUL, TS_SCHEMA, TS_TEXT_PATTERN
 from service.ingest.timestamps import parse_ts_text
+
 
 # No stored text holds a NUL (PostgreSQL refuses one), so a parameter with one can
 # match nothing: refused by validation (422) instead of failing inside the query.
-_NO_NUL = r"^[^\x00]*$"
+def _text(max_length: int) -> Any:
+    return Query(max_length=max_length, pattern=NO_NUL)
 
 
-def _text(max_length: int, alias: str | None = None) -> Any:
-    return Query(alias=alias, max_length=max_length, pattern=_NO_NUL)
+def declared_pattern(pattern: str, description: str, **query: Any) -> Any:
+    """A parameter whose OpenAPI schema carries `pattern`, enforced not by FastAPI
+    (its 422 would quote the whole pattern) but by the router's parser, whose
+    message says what is expected; tests/api/test_patterns.py checks that the two
+    accept the same strings."""
+    return Query(description=description, json_schema_extra={"pattern": pattern}, **query)
+
+
+def _time(alias: str | None = None) -> Any:
+    return declared_pattern(
+        TS_TEXT_PATTERN,
+        f"{TS_SCHEMA['description']} (in decimal digits); empty: no bound",
+        alias=alias,
+        max_length=64,
+    )
 
 
 ServiceParam = Annotated[str | None, _text(100)]
 ModelParam = Annotated[str | None, _text(200)]
 # `from` is a Python keyword, hence the alias.
-TimeParam = Annotated[str | None, _text(64, alias="from")]
-ToParam = Annotated[str | None, _text(64)]
+TimeParam = Annotated[str | None, _time(alias="from")]
+ToParam = Annotated[str | None, _time()]
 
 
 def parse_time_param(name: str, value: str | None) -> int | None:
@@ -30,3 +46,12 @@ def parse_time_param(name: str, value: str | None) -> int | None:
         return parse_ts_text(value)
     except ValueError as exc:
         raise HTTPException(422, f"`{name}`: {exc}") from None
+
+
+#: `Content-Encoding` of a raw body (POST /v1/usage, OTLP): anything else is a 400
+#: from the body's decoding, which keeps the body in the rejected store.
+ContentEncodingHeader = Header(
+    max_length=100,
+    description="gzip (or x-gzip: the body is gzipped), identity or none",
+    json_schema_extra={"pattern": CONTENT_ENCODING_PATTERN},
+)

@@ -1,8 +1,13 @@
 """Answer shapes, so the OpenAPI schema tells clients exactly what comes back."""
 
-from typing import Any
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel
+
+from service.api.patterns import RFC3339, TS_TEXT, anchored
+from service.ingest.otlp import _MEDIA_TYPES as OTLP_MEDIA_TYPES  # its decoder's table
+from service.ingest.timestamps import EPOCH_NUMBER_RANGES, MAX_YEAR, MIN_YEAR
+from service.services.events import EventIn, EventKind
 
 
 class RecordError(BaseModel):
@@ -46,8 +51,9 @@ class RejectedOut(BaseModel):
 
 
 class Health(BaseModel):
-    status: str
-    database: str
+    """The health check's answer: only that the service and its database answer."""
+
+    status: Literal["ok"]
 
 
 class Detail(BaseModel):
@@ -94,6 +100,18 @@ OTLP_ERRORS: dict[int | str, dict[str, Any]] = {
     413: WRITE_ERRORS[413],
     415: {"model": RpcStatus, "description": "Neither protobuf nor JSON"},
 }
+
+
+def otlp_body(message: str) -> dict[str, Any]:
+    """`openapi_extra` of an OTLP receiver: a serialized `message` in protobuf. Only
+    the protobuf media types are declared: OTLP JSON (also accepted) has no JSON
+    Schema that says which objects ParseDict takes, and a looser one would claim
+    bodies the server refuses."""
+    binary = {
+        "schema": {"type": "string", "format": "binary", "description": f"a serialized {message}"}
+    }
+    media_types = [m for m, encoding in OTLP_MEDIA_TYPES.items() if encoding == "protobuf"]
+    return {"requestBody": {"required": True, "content": {m: binary for m in media_types}}}
 
 
 class Stretch(BaseModel):
@@ -143,8 +161,60 @@ class CapacityOut(BaseModel):
     points: list[CapacityPoint]
 
 
+NO_NUL = r"^[^\x00]*$"
+
+
 def _strings(max_length: int) -> dict[str, Any]:
     return {"type": "string", "minLength": 1, "maxLength": max_length}
+
+
+def _text(min_length: int, max_length: int) -> dict[str, Any]:
+    """A string stored as text: PostgreSQL holds no NUL, so none is accepted."""
+    return {"type": "string", "minLength": min_length, "maxLength": max_length, "pattern": NO_NUL}
+
+
+#: `ts` in a JSON body (records, events): RFC 3339 or an epoch number, exactly the
+#: range service.ingest.timestamps accepts (the pattern: service.api.patterns).
+TS_SCHEMA: dict[str, Any] = {
+    "description": (
+        f"RFC 3339 (`T`, `t` or a space; 1-9 digits of fraction; no offset is UTC), "
+        f"years {MIN_YEAR}-{MAX_YEAR} as written; or an epoch number before "
+        f"{MAX_YEAR + 1}: seconds, above 1e11 milliseconds, above 1e14 microseconds, "
+        "above 1e17 nanoseconds"
+    ),
+    "anyOf": [
+        {"type": "string", "pattern": anchored(RFC3339)},
+        *(
+            {
+                "type": "number",
+                ("minimum" if low_inclusive else "exclusiveMinimum"): low,
+                "exclusiveMaximum": high,
+            }
+            for low, low_inclusive, high in EPOCH_NUMBER_RANGES
+        ),
+    ],
+}
+#: `from`/`to` in a query string: the same times, epoch numbers in decimal digits;
+#: empty means no bound.
+TS_TEXT_PATTERN = anchored(TS_TEXT)
+
+
+def _content_encoding_pattern(encodings: tuple[str, ...]) -> str:
+    """One of `encodings` in any letter case, or none, and after it the whitespace
+    the server strips (str.strip, in the latin-1 a header value decodes to). None
+    before it: HTTP strips a value's leading whitespace before any server sees it,
+    and clients refuse to send it."""
+    space = "[" + "".join(f"\\x{c:02x}" for c in range(256) if chr(c).isspace()) + "]*"
+    spelled = "|".join(
+        "".join(f"[{ch.lower()}{ch.upper()}]" if ch.isalpha() else ch for ch in word)
+        for word in encodings
+    )
+    return f"^(?:(?:{spelled}){space})?$"
+
+
+#: Content-Encoding of a body: gzip (or its old name) or none
+#: (service.ingest.body.decompress; the body is then gunzipped).
+CONTENT_ENCODING_PATTERN = _content_encoding_pattern(("identity", "gzip", "x-gzip"))
 
 
 # POST /v1/usage reads its body raw (NDJSON, JSON, gzip: docs/ingestion.md), so
@@ -154,7 +224,7 @@ USAGE_RECORD_SCHEMA: dict[str, Any] = {
     "required": ["request_id", "ts", "service", "model"],
     "properties": {
         "request_id": _strings(200),
-        "ts": {"anyOf": [{"type": "string", "format": "date-time"}, {"type": "number"}]},
+        "ts": TS_SCHEMA,
         "service": _strings(100),
         "model": _strings(200),
         "prompt_tokens": {"type": "integer", "minimum": 0},
@@ -182,9 +252,42 @@ USAGE_RECORD_SCHEMA: dict[str, Any] = {
 }
 
 
-def json_body(schema: dict[str, Any]) -> dict[str, Any]:
-    """`openapi_extra` for an endpoint that takes one item or an array of them."""
-    one_or_many = {"anyOf": [schema, {"type": "array", "items": schema}]}
+def _event_schema() -> dict[str, Any]:
+    """What `EventIn` (service.services.events) validates, as its own JSON schema
+    says, plus what its validators add: `ts` in the accepted range, no NUL in any
+    text, and the field each kind needs (a 422 otherwise). Titles dropped."""
+    schema = EventIn.model_json_schema()
+    schema.pop("title", None)
+    properties: dict[str, Any] = schema["properties"]
+    for field in properties.values():
+        field.pop("title", None)
+        for option in field.get("anyOf", [field]):
+            if option.get("type") == "string" and "enum" not in option:
+                option["pattern"] = NO_NUL
+    properties["ts"] = TS_SCHEMA
+    others = [kind for kind in get_args(EventKind) if kind not in KIND_FIELDS]
+    schema["anyOf"] = [
+        {
+            "properties": {"kind": {"const": kind}, field: {"not": {"type": "null"}}},
+            "required": [field],
+        }
+        for kind, field in KIND_FIELDS.items()
+    ] + [{"properties": {"kind": {"enum": others}}}]
+    return schema
+
+
+#: The field an event of each kind must carry (EventIn's `_required_by_kind`).
+KIND_FIELDS = {"deploy": "deploy", "replicas": "replicas"}
+EVENT_SCHEMA: dict[str, Any] = _event_schema()
+
+
+def json_body(schema: dict[str, Any], max_items: int | None = None) -> dict[str, Any]:
+    """`openapi_extra` for an endpoint that takes one item or an array of them (of
+    at most `max_items`)."""
+    array: dict[str, Any] = {"type": "array", "items": schema}
+    if max_items is not None:
+        array["maxItems"] = max_items
+    one_or_many = {"anyOf": [schema, array]}
     return {
         "requestBody": {"required": True, "content": {"application/json": {"schema": one_or_many}}}
     }

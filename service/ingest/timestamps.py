@@ -22,6 +22,7 @@ newest data, and one record from the future would empty it."""
 import math
 import re
 from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
 
 _US_PER_S = 1_000_000
 #: How far after the server's clock a usage record may start: a day covers clock
@@ -45,13 +46,16 @@ EPOCH_NUMBER_RANGES: tuple[tuple[float, bool, int], ...] = (
     (1e17, False, END_S * 1_000_000_000),
 )
 
+# ASCII digits only: `\d` also matches other scripts' digits ("٢٠٢٦"), which int() reads.
 _RFC3339 = re.compile(
-    r"(?P<year>\d{4})-(?P<month>\d{2})-(?P<day>\d{2})[Tt ]"
-    r"(?P<hour>\d{2}):(?P<minute>\d{2}):(?P<second>\d{2})(?:\.(?P<fraction>\d{1,9}))?"
-    r"(?:(?P<utc>[Zz])|(?P<sign>[+-])(?P<off_hour>\d{2}):(?P<off_minute>\d{2}))?"
+    r"(?P<year>[0-9]{4})-(?P<month>[0-9]{2})-(?P<day>[0-9]{2})[Tt ]"
+    r"(?P<hour>[0-9]{2}):(?P<minute>[0-9]{2}):(?P<second>[0-9]{2})"
+    r"(?:\.(?P<fraction>[0-9]{1,9}))?"
+    r"(?:(?P<utc>[Zz])|(?P<sign>[+-])(?P<off_hour>[0-9]{2}):(?P<off_minute>[0-9]{2}))?"
 )
-#: An epoch number written in a query string (`from`, `to`): plain decimal digits.
-_DECIMAL = re.compile(r"\d{1,20}(?:\.\d{1,9})?")
+#: An epoch number written in a query string (`from`, `to`): plain decimal digits,
+#: without leading zeros (0 itself aside), up to 9 of fraction.
+_DECIMAL = re.compile(r"(?:0|[1-9][0-9]{0,19})(?:\.[0-9]{1,9})?")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -69,12 +73,32 @@ def parse_ts(value: object) -> int:
 
 def parse_ts_text(text: str) -> int:
     """A `ts` written in a query string (`from`, `to`): an epoch number in decimal
-    digits (any of its magnitudes), or RFC 3339. ValueError says why not."""
+    digits (any of its magnitudes), or RFC 3339. ValueError says why not.
+
+    The text's exact value decides whether it is in EPOCH_NUMBER_RANGES, as the
+    OpenAPI pattern built from them says: a float would round 4102444799.999999999
+    up to the excluded 2100 and 100000000000.000000001 down to the excluded 1e11."""
     if _DECIMAL.fullmatch(text) is None:
+        if text and text.strip("0123456789.") == "":
+            raise ValueError(
+                f"ts {text[:64]!r}: an epoch number is written in decimal digits without "
+                "leading zeros, with at most 9 after the point"
+            )
         return parse_ts(text)
     if "." not in text:  # "1714564800" stays an exact int, not a float
         return parse_ts(int(text))
-    return parse_ts(float(text))
+    return parse_ts(_float_within_its_range(text))
+
+
+def _float_within_its_range(text: str) -> float:
+    """The float of a decimal text, kept inside the epoch range its exact value is in
+    (where rounding carried it onto an excluded end); out of every range, as is."""
+    number, exact = float(text), Decimal(text)
+    for low, low_inclusive, high in EPOCH_NUMBER_RANGES:
+        if (exact >= low if low_inclusive else exact > low) and exact < high:
+            floor = low if low_inclusive else math.nextafter(low, math.inf)
+            return min(max(number, floor), math.nextafter(high, -math.inf))
+    return number
 
 
 def check_not_future(ts_us: int, received_us: int) -> None:

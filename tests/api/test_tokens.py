@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.api.deps import AUTH_COOKIE, WRITES_NEED_BEARER
 from service.models import ApiToken
 from service.services import tokens as token_service
 from service.services.tokens import Scope, token_scope
@@ -78,20 +79,40 @@ DASHBOARD_DATA = ["/dashboard/data/series", "/dashboard/data/capacity", "/dashbo
 
 def _authed_routes(app: FastAPI) -> list[tuple[str, str, Scope]]:
     """(method, path, scope needed) of every endpoint behind a token: the whole
-    schema (so a new endpoint is covered without editing this test) and the
-    dashboard's data requests. The rule: reads need `read`, writes `ingest`,
-    running detection `admin`."""
+    schema, with the scope its `security` requirement names (so a new endpoint is
+    covered without editing this test), and the dashboard's data requests."""
     found = [("GET", path, Scope.READ) for path in DASHBOARD_DATA]
     for path, operations in app.openapi()["paths"].items():
-        if path == "/healthz":
-            continue
-        for method in operations:
-            if path == "/v1/detect":
-                needed = Scope.ADMIN
-            else:
-                needed = Scope.INGEST if method == "post" else Scope.READ
-            found.append((method.upper(), path, needed))
+        for method, operation in operations.items():
+            scopes = {
+                scope
+                for option in operation.get("security", [])
+                for scope in option.get("bearer", [])
+            }
+            if scopes:
+                (needed,) = scopes
+                found.append((method.upper(), path, Scope(needed)))
     return found
+
+
+def test_the_schema_names_the_scope_of_each_operation(app: FastAPI) -> None:
+    """Reads need `read`, writes `ingest`, running detection `admin`; only the
+    health check is open. Reads also take the dashboard's cookie, writes only the
+    bearer header."""
+    expected: dict[tuple[str, str], list[dict[str, list[str]]] | None] = {}
+    for path, operations in app.openapi()["paths"].items():
+        for method, operation in operations.items():
+            if path == "/healthz":
+                needed = None
+            elif path == "/v1/detect":
+                needed = [{"bearer": ["admin"]}]
+            elif method == "post":
+                needed = [{"bearer": ["ingest"]}]
+            else:
+                needed = [{"bearer": ["read"]}, {"cookie": ["read"]}]
+            expected[(method, path)] = needed
+            assert operation.get("security") == needed, (method, path)
+    assert ("post", "/v1/usage") in expected and ("get", "/v1/metrics") in expected
 
 
 def test_every_scope_opens_exactly_its_endpoints(
@@ -147,3 +168,31 @@ def test_oversized_parameters_are_refused(
     client: TestClient, read_headers: dict[str, str], path: str, params: dict[str, Any]
 ) -> None:
     assert client.get(path, params=params, headers=read_headers).status_code == 422
+
+
+WRITES = [("POST", "/v1/usage"), ("POST", "/v1/events"), ("POST", "/v1/detect")]
+
+
+@pytest.mark.parametrize(("method", "path"), WRITES)
+def test_the_dashboard_cookie_never_authorises_a_write(
+    client: TestClient, make_token: Any, method: str, path: str
+) -> None:
+    """A cookie is sent by the browser on its own: a write it authorised could be
+    posted by another page (as `text/plain`, which needs no CORS preflight). Even an
+    admin token (accepted by `/login`) writes only from the bearer header."""
+    token = make_token("admin")
+    client.cookies.set(AUTH_COOKIE, token)
+    for content_type in ("text/plain", "application/json"):
+        answer = client.request(
+            method,
+            path,
+            content=b'{"ts": 1, "service": "s", "kind": "note"}',
+            headers={"Content-Type": content_type, "Origin": "https://evil.example"},
+        )
+        assert answer.status_code == 401, (path, content_type, answer.text)
+        assert answer.json()["detail"] == WRITES_NEED_BEARER
+        assert "Authorization: Bearer" in answer.json()["detail"]
+    bearer = {"Authorization": f"Bearer {token}"}
+    assert client.request(method, path, content=b"{}", headers=bearer).status_code != 401
+    # Reads still take the cookie (the dashboard's own requests).
+    assert client.get("/v1/metrics").status_code == 200

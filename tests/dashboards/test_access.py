@@ -8,6 +8,7 @@ import orjson
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from httpx import Response
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.api.app import create_app
@@ -174,3 +175,55 @@ def test_plotly_js_is_served_from_the_installed_package(client: TestClient) -> N
     assert answer.status_code == 200 and "plotly" in answer.text[:2000].lower()
     assert "immutable" in answer.headers["cache-control"]
     assert client.get("/static/nope.js").status_code == 404
+
+
+def _post_login(client: TestClient, token: str, headers: dict[str, str]) -> Response:
+    return client.post(
+        "/login",
+        content=f"token={token}&next=/",
+        headers={"Content-Type": "application/x-www-form-urlencoded", **headers},
+        follow_redirects=False,
+    )
+
+
+CROSS_ORIGIN = [
+    {"Sec-Fetch-Site": "cross-site"},
+    {"Sec-Fetch-Site": "same-site"},  # a sibling subdomain: still another origin
+    {"Sec-Fetch-Site": "cross-site", "Origin": "http://testserver"},  # the browser decides
+    {"Origin": "https://evil.example"},
+    {"Origin": "null"},
+]
+
+
+@pytest.mark.parametrize("headers", CROSS_ORIGIN)
+def test_login_and_logout_refuse_a_cross_origin_post(
+    client: TestClient, make_token: object, headers: dict[str, str]
+) -> None:
+    """Login CSRF (the victim signed in as the attacker) and forced logout."""
+    token = make_token("read")  # type: ignore[operator]
+    answer = _post_login(client, token, headers)
+    assert answer.status_code == 403 and "Refused" in answer.text
+    assert "set-cookie" not in answer.headers
+    client.cookies.set(AUTH_COOKIE, token)
+    out = client.post("/logout", headers=headers, follow_redirects=False)
+    assert out.status_code == 403 and "set-cookie" not in out.headers
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Sec-Fetch-Site": "same-origin", "Origin": "http://testserver"},
+        {"Sec-Fetch-Site": "none"},
+        {"Origin": "http://testserver"},  # an older browser: no Sec-Fetch-Site
+        {"Origin": "http://127.0.0.1:8000"},  # CACHEWATCH_PUBLIC_URL, behind a proxy
+        {},  # not a browser (curl, a script)
+    ],
+)
+def test_login_and_logout_from_this_origin_work(
+    client: TestClient, make_token: object, headers: dict[str, str]
+) -> None:
+    token = make_token("read")  # type: ignore[operator]
+    answer = _post_login(client, token, headers)
+    assert answer.status_code == 303 and answer.headers["set-cookie"].startswith(AUTH_COOKIE)
+    out = client.post("/logout", headers=headers, follow_redirects=False)
+    assert out.status_code == 303 and f'{AUTH_COOKIE}=""' in out.headers["set-cookie"]

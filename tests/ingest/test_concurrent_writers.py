@@ -23,7 +23,6 @@ from service.services.ingestion import IngestOutcome, ingest_usage
 from service.settings import Settings
 from tests.conftest import drop_database, fresh_database_url, is_postgres_run
 
-
 RECEIVED_US = 1_764_410_400_000_000  # 2025-11-29, after every record
 
 

@@ -4,8 +4,25 @@ offline).
 
 Access: with `CACHEWATCH_PUBLIC_READ=true` everything is open; otherwise the page
 wants a token with the read scope, entered once on `/login` and kept in an
-HttpOnly, SameSite=Strict cookie (which `require_scope` accepts like a bearer
-token). Without one the page redirects to `/login` and the data requests answer 401.
+HttpOnly, SameSite=Strict cookie, which `require_scope` accepts for reads only:
+every write (`POST /v1/usage`, `/v1/events`, `/v1/detect`, OTLP) takes the bearer
+header alone, so a page the user visits cannot post with their cookie. Without a
+token the page redirects to `/login` and the data requests answer 401.
+
+Cross-site requests: `POST /login` and `POST /logout` answer 403 to a request a
+browser marks as coming from another origin, the rule of Go's
+`net/http.CrossOriginProtection`: `Sec-Fetch-Site` when the browser sends it (every
+current one does) must be `same-origin` (or `none`, a request the user made
+directly); without it, an `Origin` must name this server (its `Host`, or
+`CACHEWATCH_PUBLIC_URL`); a request with neither is not from a browser page (curl,
+a script: nothing ambient to abuse) and passes. Why headers and not a CSRF token in
+the form (a double-submit cookie): the browser sets these headers itself and a page
+cannot forge them, so they protect the login form (where there is no session yet to
+tie a token to) and the logout button alike with no server state, no extra cookie
+and no token to thread through every page; a double-submit cookie is also open to a
+sibling subdomain that writes cookies for the parent domain, which `Sec-Fetch-Site`
+(`same-site`, refused) is not. The dashboard's own requests are same-origin GETs.
+
 The page runs no inline script (a Content-Security-Policy says so), and every
 user-supplied string is escaped by Jinja2 or written as text by the page script."""
 
@@ -15,11 +32,11 @@ import time
 from collections.abc import Callable
 from functools import cache
 from typing import Annotated, Any, TypeVar, cast
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import orjson
 from fastapi import APIRouter, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
 from dashboards import data, page, queries
 from dashboards.cache import ReplayCache, ResultCache
@@ -125,8 +142,12 @@ def login_page(request: Request, settings: SettingsDep) -> Response:
 @router.post("/login", response_class=HTMLResponse)
 def login(request: Request, body: BodyDep, session: SessionDep, settings: SettingsDep) -> Response:
     fields = parse_qs(body[:8192].decode("utf-8", "replace"), max_num_fields=10)
-    token = (fields.get("token") or [""])[0].strip()
     next_url = safe_next((fields.get("next") or ["/"])[0])
+    refusal = cross_origin_refusal(request, settings)
+    if refusal is not None:
+        html = page.render_login(error=refusal, next_url=next_url, public_read=settings.public_read)
+        return _html(html, 403)
+    token = (fields.get("token") or [""])[0].strip()
     granted = token_scope(session, token[:512]) if token else None
     if granted is None or not allows(granted, Scope.READ):
         error = (
@@ -150,12 +171,46 @@ def login(request: Request, body: BodyDep, session: SessionDep, settings: Settin
 
 
 @router.post("/logout")
-def logout(request: Request) -> Response:
+def logout(request: Request, settings: SettingsDep) -> Response:
+    refusal = cross_origin_refusal(request, settings)
+    if refusal is not None:
+        return PlainTextResponse(refusal, status_code=403, headers=PAGE_HEADERS)
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(
         AUTH_COOKIE, path="/", httponly=True, samesite="strict", secure=_is_https(request)
     )
     return response
+
+
+#: `Sec-Fetch-Site` values of a request this server's own pages (or the user) made.
+_OWN_FETCH_SITES = ("same-origin", "none")
+
+
+def cross_origin_refusal(request: Request, settings: Settings) -> str | None:
+    """Why a state-changing form POST is refused as cross-origin, or None to go on
+    (the module docstring says why these headers and in this order)."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        if site.lower() in _OWN_FETCH_SITES:
+            return None
+        return f"Refused: this form was posted from another site (Sec-Fetch-Site: {site[:20]})."
+    origin = request.headers.get("origin")
+    if origin is None or _is_own_origin(origin, request, settings):
+        return None
+    return f"Refused: this form was posted from another origin ({origin[:100]})."
+
+
+def _is_own_origin(origin: str, request: Request, settings: Settings) -> bool:
+    """`Origin` names this server: its host as the request reached it (the scheme is
+    not compared: behind a TLS proxy the server sees http), or the public URL."""
+    parts = urlsplit(origin)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return False  # "null" (a sandboxed frame, a privacy redirect) is no origin
+    host = request.headers.get("host", "")
+    public = urlsplit(settings.public_url)
+    return parts.netloc.lower() == host.lower() or (
+        (parts.scheme, parts.netloc.lower()) == (public.scheme, public.netloc.lower())
+    )
 
 
 def _is_https(request: Request) -> bool:

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from service import repository
 from service.api.deps import BodyDep, IngestAuth, ReadAuth, SessionDep
 from service.api.params import ModelParam, ServiceParam, TimeParam, ToParam, parse_time_param
-from service.api.schemas import READ_ERRORS, ErrorAnswer, EventOut, json_body
+from service.api.schemas import EVENT_SCHEMA, READ_ERRORS, ErrorAnswer, EventOut, json_body
 from service.ingest.records import format_validation_error
 from service.services.events import (
     MAX_EVENTS_PER_REQUEST,
@@ -31,7 +31,7 @@ EVENTS_ENDPOINT = "events"
         413: {"model": ErrorAnswer, "description": "More events than one request takes"},
         422: {"model": ErrorAnswer, "description": "An event is invalid"},
     },
-    openapi_extra=json_body(EventIn.model_json_schema()),
+    openapi_extra=json_body(EVENT_SCHEMA, max_items=MAX_EVENTS_PER_REQUEST),
 )
 def post_events(body: BodyDep, session: SessionDep) -> Any:
     """One event or a JSON array of events. The same event posted twice is stored once."""

@@ -7,16 +7,60 @@ from fastapi.responses import Response
 
 from service.api.deps import ReadAuth, SessionDep, SettingsDep
 from service.api.freshness import CaughtUp
-from service.api.params import ModelParam, ServiceParam, TimeParam, ToParam, parse_time_param
+from service.api.params import (
+    ModelParam,
+    ServiceParam,
+    TimeParam,
+    ToParam,
+    declared_pattern,
+    parse_time_param,
+)
+from service.api.patterns import alternation, anchored, integer_range
 from service.api.schemas import READ_ERRORS, CapacityOut, ErrorAnswer
 from service.services import capacity
 from service.services.metrics import DAY_S, MINUTE_S, MetricsQuery, TooManyBuckets, metrics
 
 router = APIRouter(tags=["analytics"], responses=READ_ERRORS)
 
-_DURATION = re.compile(r"^(\d{1,6})\s*(s|m|min|h|d)?$")
+BUCKET_DIGITS = 6
+_DURATION = re.compile(rf"^(\d{{1,{BUCKET_DIGITS}}})\s*(s|m|min|h|d)?$")
 _UNIT_S = {None: 1, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86_400}
 DEFAULT_SIZES = [16384 * 4**i for i in range(6)]  # 16Ki .. 16Mi tokens
+MAX_SIZES = 64
+MAX_SIZE_TOKENS = 2**50
+
+
+def _bucket_pattern() -> str:
+    """Every `bucket` parse_bucket accepts, for the schema: per unit, the counts
+    giving a whole number of minutes from one minute to a day, leading zeros
+    allowed up to BUCKET_DIGITS digits (the Query pattern leaves no space or
+    capital for its strip() and lower() to undo)."""
+    parts = []
+    for unit, unit_s in _UNIT_S.items():
+        counts = [
+            n
+            for n in range(1, DAY_S // unit_s + 1)
+            if n * unit_s >= MINUTE_S and n * unit_s % MINUTE_S == 0
+        ]
+        by_length: dict[int, list[str]] = {}
+        for n in counts:
+            by_length.setdefault(len(str(n)), []).append(str(n))
+        numbers = "|".join(
+            f"0{{0,{BUCKET_DIGITS - length}}}{alternation(words)}"
+            for length, words in by_length.items()
+        )
+        parts.append(f"(?:{numbers}){unit or ''}")
+    return anchored("|" + "|".join(parts))
+
+
+def _sizes_pattern() -> str:
+    """What get_capacity accepts in `sizes`: comma-separated token counts (int()
+    reads them: spaces around, leading zeros), empty items skipped, 1 to MAX_SIZES
+    of them, each 1 to MAX_SIZE_TOKENS; or empty (the default sizes)."""
+    empty = " *"
+    count = f" *0*{integer_range(1, MAX_SIZE_TOKENS)} *"
+    items = f"(?:{empty},)*{count}(?:,{empty})*(?:,{count}(?:,{empty})*){{0,{MAX_SIZES - 1}}}"
+    return anchored(f"|{items}")
 
 
 def parse_bucket(value: str | None, default_s: int) -> int:
@@ -45,7 +89,15 @@ def get_metrics(
     model: ModelParam = None,
     from_: TimeParam = None,
     to: ToParam = None,
-    bucket: Annotated[str | None, Query(max_length=20, pattern=r"^[0-9a-z]*$")] = None,
+    bucket: Annotated[
+        str | None,
+        Query(max_length=20, pattern=r"^[0-9a-z]*$"),
+        declared_pattern(
+            _bucket_pattern(),
+            "Seconds, or a count of s, m (min), h or d: a whole number of minutes from "
+            "1 minute to 1 day (e.g. 300, 5m, 1h, 1d); empty: the detection bucket",
+        ),
+    ] = None,
 ) -> Response:
     """Hit rate, cacheable fraction, rewarms and TTFT per bucket and in total,
     including every record committed before the query. 400 when the range holds
@@ -72,7 +124,15 @@ def get_capacity(
     model: ModelParam = None,
     from_: TimeParam = None,
     to: ToParam = None,
-    sizes: Annotated[str | None, Query(max_length=2000, pattern=r"^[0-9,. a-zA-Z]*$")] = None,
+    sizes: Annotated[
+        str | None,
+        Query(max_length=2000, pattern=r"^[0-9,. a-zA-Z]*$"),
+        declared_pattern(
+            _sizes_pattern(),
+            f"Comma-separated cache sizes in tokens, 1 to {MAX_SIZES} of them; "
+            "empty: 16Ki to 16Mi by fours",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Token hit rate of one LRU cache of each size, replaying the model's
     fingerprinted requests in order; `ceiling` is the unbounded cache."""
@@ -80,7 +140,11 @@ def get_capacity(
         size_list = [int(s) for s in sizes.split(",") if s.strip()] if sizes else DEFAULT_SIZES
     except ValueError:
         raise HTTPException(422, "`sizes`: comma-separated token counts") from None
-    if not size_list or len(size_list) > 64 or any(s <= 0 or s > 2**50 for s in size_list):
+    if (
+        not size_list
+        or len(size_list) > MAX_SIZES
+        or any(not 0 < s <= MAX_SIZE_TOKENS for s in size_list)
+    ):
         raise HTTPException(422, "`sizes`: 1 to 64 positive token counts")
     try:
         return capacity.capacity(

@@ -7,12 +7,14 @@ for another Content-Type; 401/403/413/503 as POST /v1/usage."""
 
 import time
 from collections.abc import Callable
+from typing import Annotated
 
-from fastapi import APIRouter, Header, Response
+from fastapi import APIRouter, Request, Response
 from google.protobuf.message import Message
 
 from service.api.deps import BodyDep, IngestAuth, SessionDep, SettingsDep
-from service.api.schemas import OTLP_ERRORS
+from service.api.params import ContentEncodingHeader
+from service.api.schemas import OTLP_ERRORS, otlp_body
 from service.ingest import otlp
 from service.services.otlp import ingest_otlp, keep_undecodable
 
@@ -23,15 +25,17 @@ def _receiver(signal: otlp.Signal) -> Callable[..., Response]:
     """The endpoint of one signal; traces and logs differ in nothing else."""
 
     def receive(
+        request: Request,
         body: BodyDep,
         session: SessionDep,
         settings: SettingsDep,
-        content_type: str | None = Header(default=None, max_length=200),
-        content_encoding: str | None = Header(default=None, max_length=100),
+        content_encoding: Annotated[str | None, ContentEncodingHeader] = None,
     ) -> Response:
         received_us = time.time_ns() // 1000
         try:
-            encoding = otlp.body_encoding(content_type)
+            # Read here, not declared as a header parameter: OpenAPI ignores one named
+            # Content-Type; the request body's media types (OTLP_BODY) say it.
+            encoding = otlp.body_encoding(request.headers.get("content-type"))
         except otlp.UnsupportedMediaType as exc:
             keep_undecodable(session, body, signal, str(exc), received_us)
             return _answer(otlp.status(str(exc)), "json", 415)
@@ -65,8 +69,12 @@ for _signal, _message in _MESSAGES.items():
         _receiver(_signal),
         methods=["POST"],
         name=f"post_{_signal}",
-        description=f"OTLP {_message}, protobuf or JSON, gzip accepted.",
+        description=(
+            f"OTLP {_message}, protobuf or JSON (`application/json`, OTLP's JSON "
+            "mapping), gzip accepted; any other Content-Type is a 415."
+        ),
         dependencies=[IngestAuth],
+        openapi_extra=otlp_body(_message),
     )
 
 

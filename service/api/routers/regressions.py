@@ -1,14 +1,13 @@
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 
-from service.api.deps import ReadAuth, SessionDep, SettingsDep, require_scope
+from service.api.deps import AdminAuth, ReadAuth, SessionDep, SettingsDep
 from service.api.params import ServiceParam
 from service.api.schemas import READ_ERRORS, RegressionOut
 from service.repository import detection as detection_queries
 from service.services.detection import detect
 from service.services.regressions import regression_to_json
-from service.services.tokens import Scope
 
 router = APIRouter(tags=["regressions"], responses=READ_ERRORS)
 
@@ -27,7 +26,7 @@ def get_regressions(
 
 @router.post(
     "/v1/detect",
-    dependencies=[Depends(require_scope(Scope.ADMIN))],
+    dependencies=[AdminAuth],
     response_model=list[RegressionOut],
 )
 def post_detect(

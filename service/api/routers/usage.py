@@ -1,9 +1,11 @@
 import time
+from typing import Annotated
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from service.api.deps import BodyDep, IngestAuth, SessionDep, SettingsDep
+from service.api.params import ContentEncodingHeader
 from service.api.schemas import (
     USAGE_RECORD_SCHEMA,
     WRITE_ERRORS,
@@ -26,7 +28,7 @@ def post_usage(
     body: BodyDep,
     session: SessionDep,
     settings: SettingsDep,
-    content_encoding: str | None = Header(default=None, max_length=100),
+    content_encoding: Annotated[str | None, ContentEncodingHeader] = None,
 ) -> IngestAnswer | JSONResponse:
     """NDJSON, a JSON array of records or one record; gzip accepted."""
     outcome = ingest_usage(
