@@ -40,21 +40,22 @@ class EventIn(BaseModel):
         return self
 
 
+#: The columns whose values are an event's identity.
+IDENTITY_COLUMNS = (
+    "ts_us",
+    "service",
+    "kind",
+    "model",
+    "deploy",
+    "replicas",
+    "description",
+    "source",
+)
+
+
 def dedupe_key(fields: dict[str, Any]) -> str:
     """Same content, same key: the event's identity for idempotent posting."""
-    identity = {
-        k: fields.get(k)
-        for k in (
-            "ts_us",
-            "service",
-            "kind",
-            "model",
-            "deploy",
-            "replicas",
-            "description",
-            "source",
-        )
-    }
+    identity = {k: fields.get(k) for k in IDENTITY_COLUMNS}
     return hashlib.sha256(orjson.dumps(identity, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
@@ -77,16 +78,7 @@ def record_events(
     created_us = time.time_ns() // 1000
     rows = []
     for event in events:
-        row: dict[str, Any] = {
-            "ts_us": event.ts,
-            "service": event.service,
-            "kind": event.kind,
-            "model": event.model,
-            "deploy": event.deploy,
-            "replicas": event.replicas,
-            "description": event.description,
-            "source": source,
-        }
+        row = {"ts_us": event.ts, **event.model_dump(exclude={"ts"}), "source": source}
         row["dedupe_key"] = dedupe_key(row)
         row["created_us"] = created_us
         rows.append(row)
