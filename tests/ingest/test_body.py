@@ -107,3 +107,20 @@ def test_what_follows_a_member_must_be_another_member(tail: bytes, message: str)
     with pytest.raises(UndecodableBody) as error:
         decompress(gzip.compress(b"{}") + tail, "gzip", 1000)
     assert str(error.value) == message
+
+
+def test_a_gzip_body_is_admitted_at_its_size_before_it_is_kept() -> None:
+    body = gzip.compress(b"a" * 5000) + gzip.compress(b"b" * 3000)
+    asked: list[int] = []
+    assert decompress(body, "gzip", 10_000, admit=asked.append) == b"a" * 5000 + b"b" * 3000
+    assert asked == [8000]
+
+    def refuse(size: int) -> None:
+        raise RuntimeError(f"no room for {size}")
+
+    with pytest.raises(RuntimeError, match="no room for 8000"):
+        decompress(body, None, 10_000, admit=refuse)
+    bomb = gzip.compress(b"\0" * (2 * 1024 * 1024))
+    with pytest.raises(BodyTooLarge):  # refused while counting: never admitted
+        decompress(bomb, "gzip", 1024 * 1024, admit=refuse)
+    assert decompress(b"plain", None, 10, admit=refuse) == b"plain"  # not gzip: not asked
