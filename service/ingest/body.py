@@ -81,24 +81,47 @@ def decompress(
 ) -> bytes:
     """Gunzip when the header says gzip or the body starts with the gzip magic,
     never producing more than `limit` bytes (a gzip bomb stops at the limit).
-
-    A gzip body is inflated twice. First only to count its bytes, keeping none: a
-    bomb is refused (413) having held one piece at a time, and `admit(size)` is
-    asked before any of it is kept (`service.ingest.inflight.charge_inflated`
-    raises Busy when the memory budget cannot take it). So a request takes its
-    memory all at once or not at all: charged as they inflated, parallel bodies each
-    got part of the budget, then all failed and were retried together, and memory
-    freed that way stayed with the process. Then to keep it, in pieces joined
-    once, as bytes: the decoders take bytes (from a bytearray each made a copy)."""
+    `admit(size)` is asked before more than `_KEPT_UNADMITTED` inflated bytes are
+    kept (`service.ingest.inflight.charge_inflated` raises Busy when the memory
+    budget cannot take them); see `_gunzip_admitted`."""
     encoding = (content_encoding or "").strip().lower()
     if encoding not in ("", "identity", "gzip", "x-gzip"):
         raise UndecodableBody(f"unsupported Content-Encoding {content_encoding!r}; use gzip")
     if is_gzip(body, content_encoding):
-        admit(sum(len(piece) for piece in _gunzip_pieces(body, limit)))
-        return b"".join(_gunzip_pieces(body, limit))
+        return _gunzip_admitted(body, limit, admit)
     if len(body) > limit:
         raise BodyTooLarge(f"body is over {limit} bytes")
     return body
+
+
+# Inflated bytes kept before their size is known and admitted: as much as one piece
+# of the counting pass holds anyway.
+_KEPT_UNADMITTED = 1 << 20
+
+
+def _gunzip_admitted(body: bytes, limit: int, admit: Callable[[int], None]) -> bytes:
+    """The inflated body, as bytes (the decoders take bytes; from a bytearray each
+    made a copy), taken all at once or not at all.
+
+    A body that inflates to at most `_KEPT_UNADMITTED` is kept as it inflates and
+    admitted at the end. A larger one is inflated a first time only to count its
+    bytes, keeping none: a gzip bomb is refused (413) having held one piece at a
+    time, and the memory is admitted before any of it is kept; then again, to keep
+    it. Charged as they inflated instead, parallel bodies each got part of the
+    budget, then all failed and were retried together, and the memory freed that
+    way stayed with the process."""
+    kept: list[bytes] = []
+    size = 0
+    pieces = _gunzip_pieces(body, limit)
+    for piece in pieces:
+        size += len(piece)
+        if size > _KEPT_UNADMITTED:
+            kept.clear()
+            admit(size + sum(len(rest) for rest in pieces))
+            return b"".join(_gunzip_pieces(body, limit))
+        kept.append(piece)
+    admit(size)
+    return b"".join(kept)
 
 
 def is_gzip(body: bytes, content_encoding: str | None) -> bool:
