@@ -14,17 +14,19 @@ charged as the memory is taken:
 
 - the body as sent, as it is read (`service.api.deps.read_bounded_body`);
 - its decoding, `DECODE_FACTOR` bytes per decoded byte: for a body that is not gzip
-  once it has been read; for a gzip body once its inflated size is known and
-  before it is inflated for keeping, together with the inflated bytes themselves
-  (`charge_inflated`, asked by `body.decompress`, which counts a gzip body's bytes
-  in a first pass that keeps none: a gzip bomb is refused without being held).
+  once it has been read; for a gzip body once its inflated size is known, before
+  more than 1 MiB of it is kept, together with the inflated bytes themselves
+  (`charge_inflated`, asked by `body.decompress`, which counts a larger body's
+  bytes in a first pass that keeps none: a gzip bomb is refused without being held);
+- what dense JSON takes beyond that, estimated from its separators, before a body
+  is decoded into Python values (`charge_json_values`).
 
 A charge the budget cannot take raises `Busy`: the request is answered 503 with
 Retry-After and the shipper sends it again later. Requests are not queued: a
 waiting request would hold its body, and a queue of them is the unbounded memory
 this avoids. A request whose charges alone would pass the whole budget can never
-be served: `BodyTooLarge` (413). Settings make sure that no body within the size
-limits is one (`Settings.max_inflight_bytes`). Everything a request holds is given
+be served: `BodyTooLarge` (413). Settings make sure that no body of records within
+the size limits is one (`Settings.max_inflight_bytes`). Everything a request holds is given
 back when it ends, however it ends.
 """
 
