@@ -9,10 +9,12 @@ COPY of the same rows. Each measure runs --repeat times on fresh databases and t
 best run counts (the machine may be shared); every run is printed.
 
     .venv/bin/python bench/ingest.py [--records 200000] [--threads 1] [--repeat 3]
+                                     [--gzip]
                                      [--postgres postgresql+psycopg://postgres@127.0.0.1:5432/test]
 """
 
 import argparse
+import gzip
 import os
 import sqlite3
 import subprocess
@@ -125,16 +127,22 @@ def running_server(database_url: str, log_path: Path) -> Iterator[Server]:
         stop_server(process)
 
 
-def post_all(server: Server, batches: list[bytes], threads: int) -> tuple[float, float]:
-    """Seconds of wall time, and CPU seconds the server process spent."""
+def post_all(
+    server: Server, batches: list[bytes], threads: int, compress: bool = False
+) -> tuple[float, float]:
+    """Seconds of wall time, and CPU seconds the server process spent. With
+    `compress`, each body is sent gzipped (compressed before the timing)."""
     headers = {"Authorization": f"Bearer {server.token}", "Content-Type": "application/x-ndjson"}
+    if compress:
+        headers["Content-Encoding"] = "gzip"
+    sent = {id(body): gzip.compress(body, 6) if compress else body for body in batches}
     errors: list[str] = []
 
     def worker(mine: list[bytes]) -> None:
         # One keep-alive connection per thread.
         with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
             for body in mine:
-                answer = client.post("/v1/usage", content=body)
+                answer = client.post("/v1/usage", content=sent[id(body)])
                 expected = body.count(b"\n")
                 if answer.status_code != 200 or answer.json()["accepted"] != expected:
                     errors.append(f"{answer.status_code} {answer.text[:300]}")
@@ -142,11 +150,10 @@ def post_all(server: Server, batches: list[bytes], threads: int) -> tuple[float,
 
     # Warm-up outside the timing: imports, first connection, the token lookup path.
     with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
-        client.post(
-            "/v1/usage",
-            content=b'{"request_id": "warm-up", "ts": 0, '
-            b'"service": "s", "model": "m", "prompt_tokens": 1}',
+        warm_up = (
+            b'{"request_id": "warm-up", "ts": 0, "service": "s", "model": "m", "prompt_tokens": 1}'
         )
+        client.post("/v1/usage", content=gzip.compress(warm_up) if compress else warm_up)
     cpu = psutil.Process(server.process.pid)
     cpu_before = sum(cpu.cpu_times()[:2])
     pool = [threading.Thread(target=worker, args=(batches[t::threads],)) for t in range(threads)]
@@ -280,7 +287,7 @@ def run(
         with new_database(f"http{attempt}") as http_url:
             log_path = workdir / f"server-{backend}-{attempt}.log"
             with running_server(http_url, log_path) as server:
-                http.append(post_all(server, batches, args.threads))
+                http.append(post_all(server, batches, args.threads, args.gzip))
             count = stored(http_url) - 1  # the warm-up record
             assert count == args.records, f"{count} stored of {args.records}"
         with new_database(f"direct{attempt}") as direct_url:
@@ -304,6 +311,7 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=16, help="block_hashes per record")
     parser.add_argument("--threads", type=int, default=1, help="concurrent client threads")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each; the best counts")
+    parser.add_argument("--gzip", action="store_true", help="send the batches gzipped")
     parser.add_argument("--postgres", metavar="URL", help="also run against this PostgreSQL")
     args = parser.parse_args()
 

@@ -2,7 +2,7 @@
 
 from functools import lru_cache
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 1024 * 1024
@@ -20,6 +20,10 @@ class Settings(BaseSettings):
     public_read: bool = False
     max_body_bytes: int = Field(10 * MiB, gt=0)
     max_decompressed_bytes: int = Field(64 * MiB, gt=0)
+    # Memory that request bodies and their decoding may hold at once, per process;
+    # past it a request is answered 503 with Retry-After (service/ingest/inflight.py).
+    # At least what one body at both limits takes (the default: 714 MiB).
+    max_inflight_bytes: int = Field(1024 * MiB, gt=0)
     # Raw usage records and rejected records older than this are deleted (rollups,
     # regressions, events and alerts are kept): see service/services/retention.py.
     retention_days: int = Field(30, gt=0)
@@ -59,6 +63,19 @@ class Settings(BaseSettings):
     alerts_max_attempts: int = Field(8, ge=1)
     # Alerts due together go out as one digest of at most this many.
     alerts_digest_max: int = Field(10, ge=1, le=40)
+
+    @model_validator(mode="after")
+    def _one_body_fits_the_inflight_budget(self) -> "Settings":
+        from service.ingest.inflight import most_one_body_holds  # imports the decoders
+
+        needed = most_one_body_holds(self.max_body_bytes, self.max_decompressed_bytes)
+        if self.max_inflight_bytes < needed:
+            raise ValueError(
+                f"max_inflight_bytes ({self.max_inflight_bytes}) is less than a body at the "
+                f"size limits holds while it is decoded ({needed}): raise it, or lower "
+                "max_body_bytes / max_decompressed_bytes"
+            )
+        return self
 
 
 @lru_cache

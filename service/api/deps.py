@@ -1,6 +1,6 @@
 """Request dependencies: the database session, token scopes, bounded bodies."""
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request, Security
@@ -9,7 +9,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
 from service.db import get_session
-from service.ingest.body import BodyTooLarge
+from service.ingest import inflight
+from service.ingest.body import BodyTooLarge, is_gzip
 from service.services.tokens import Scope, TokenCache, allows, token_scope
 from service.settings import Settings
 
@@ -114,19 +115,43 @@ ReadAuth = scope_auth(Scope.READ)
 AdminAuth = scope_auth(Scope.ADMIN)
 
 
-async def read_bounded_body(request: Request, settings: SettingsDep) -> bytes:
+async def read_bounded_body(request: Request, settings: SettingsDep) -> AsyncIterator[bytes]:
     """The raw body, refused with 413 as soon as it passes the limit, so an
-    oversized upload is never held in memory whole."""
+    oversized upload is never held in memory whole.
+
+    Read under a reservation on the memory budget (`service.ingest.inflight`), held
+    until the request ends: the body is charged as it arrives (all of a declared
+    Content-Length at once, so a busy server answers 503 before the upload), and
+    its decoding once read, unless it is gzip: that is charged as it inflates."""
     limit = settings.max_body_bytes
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    expected = int(declared) if declared.isdigit() else 0
+    if expected > limit:
         raise BodyTooLarge(f"body is over {limit} bytes")
-    received = bytearray()
-    async for chunk in request.stream():
-        received += chunk
-        if len(received) > limit:
-            raise BodyTooLarge(f"body is over {limit} bytes")
-    return bytes(received)
+    with inflight.reserving(_inflight_budget(request, settings)) as reservation:
+        reservation.charge(expected)
+        received = bytearray()
+        async for chunk in request.stream():
+            received += chunk
+            if len(received) > limit:
+                raise BodyTooLarge(f"body is over {limit} bytes")
+            if len(received) > expected:  # chunked, no Content-Length
+                reservation.charge(len(received) - expected)
+                expected = len(received)
+        body = bytes(received)
+        del received
+        if not is_gzip(body, request.headers.get("content-encoding")):
+            inflight.charge_decoding(len(body))
+        yield body
+
+
+def _inflight_budget(request: Request, settings: Settings) -> inflight.Budget:
+    """The app's budget, made for its first body: one per process under `serve`."""
+    state = request.app.state
+    budget: inflight.Budget | None = getattr(state, "inflight_budget", None)
+    if budget is None:
+        budget = state.inflight_budget = inflight.Budget(settings.max_inflight_bytes)
+    return budget
 
 
 BodyDep = Annotated[bytes, Depends(read_bounded_body)]

@@ -1,5 +1,6 @@
-"""Exceptions mapped to answers. The database being down or locked is a 503 with
-Retry-After (the shipper retries), never a 500."""
+"""Exceptions mapped to answers. The database being down or locked, or request
+bodies holding the whole memory budget, is a 503 with Retry-After (the shipper
+retries), never a 500."""
 
 import logging
 
@@ -9,6 +10,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from service.ingest.body import BodyTooLarge
+from service.ingest.inflight import Busy
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,12 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(BodyTooLarge)
     async def too_large(_: Request, exc: BodyTooLarge) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=413)
+
+    @app.exception_handler(Busy)
+    async def busy(_: Request, exc: Busy) -> JSONResponse:
+        return JSONResponse(
+            {"error": str(exc)}, status_code=503, headers={"Retry-After": retry_after}
+        )
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(InterfaceError)

@@ -3,7 +3,9 @@
 The shape is read from the body itself: some shippers label NDJSON as
 `application/x-www-form-urlencoded`, so Content-Type is never trusted."""
 
+import re
 import zlib
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import orjson
@@ -11,7 +13,6 @@ import orjson
 from service.ingest.fast import FastRecord, decode_line
 
 _GZIP_MAGIC = b"\x1f\x8b"
-_BOM = b"\xef\xbb\xbf"
 _WHITESPACE = b" \t\r\n"
 _INFLATE_PIECE = 1 << 20
 
@@ -72,85 +73,215 @@ class BodyItem:
         return self.raw if self.raw is not None else orjson.dumps(self.value)
 
 
-def decompress(body: bytes, content_encoding: str | None, limit: int) -> bytes | bytearray:
+def decompress(
+    body: bytes,
+    content_encoding: str | None,
+    limit: int,
+    admit: Callable[[int], None] = lambda size: None,
+) -> bytes:
     """Gunzip when the header says gzip or the body starts with the gzip magic,
-    never producing more than `limit` bytes (a gzip bomb stops at the limit)."""
+    never producing more than `limit` bytes (a gzip bomb stops at the limit).
+    `admit(size)` is asked before more than `_KEPT_UNADMITTED` inflated bytes are
+    kept (`service.ingest.inflight.charge_inflated` raises Busy when the memory
+    budget cannot take them); see `_gunzip_admitted`."""
     encoding = (content_encoding or "").strip().lower()
     if encoding not in ("", "identity", "gzip", "x-gzip"):
         raise UndecodableBody(f"unsupported Content-Encoding {content_encoding!r}; use gzip")
-    if encoding in ("gzip", "x-gzip") or body.startswith(_GZIP_MAGIC):
-        return _gunzip_bounded(body, limit)
+    if is_gzip(body, content_encoding):
+        return _gunzip_admitted(body, limit, admit)
     if len(body) > limit:
         raise BodyTooLarge(f"body is over {limit} bytes")
     return body
 
 
-def _gunzip_bounded(data: bytes, limit: int) -> bytearray:
-    out = bytearray()
-    remaining = data
+# Inflated bytes kept before their size is known and admitted: as much as one piece
+# of the counting pass holds anyway.
+_KEPT_UNADMITTED = 1 << 20
+
+
+def _gunzip_admitted(body: bytes, limit: int, admit: Callable[[int], None]) -> bytes:
+    """The inflated body, as bytes (the decoders take bytes; from a bytearray each
+    made a copy), taken all at once or not at all.
+
+    A body that inflates to at most `_KEPT_UNADMITTED` is kept as it inflates and
+    admitted at the end. A larger one is inflated a first time only to count its
+    bytes, keeping none: a gzip bomb is refused (413) having held one piece at a
+    time, and the memory is admitted before any of it is kept; then again, to keep
+    it. Charged as they inflated instead, parallel bodies each got part of the
+    budget, then all failed and were retried together, and the memory freed that
+    way stayed with the process."""
+    kept: list[bytes] = []
+    size = 0
+    pieces = _gunzip_pieces(body, limit)
+    for piece in pieces:
+        size += len(piece)
+        if size > _KEPT_UNADMITTED:
+            kept.clear()
+            admit(size + sum(len(rest) for rest in pieces))
+            return b"".join(_gunzip_pieces(body, limit))
+        kept.append(piece)
+    admit(size)
+    return b"".join(kept)
+
+
+def is_gzip(body: bytes, content_encoding: str | None) -> bool:
+    """Whether `decompress` gunzips this body."""
+    encoding = (content_encoding or "").strip().lower()
+    return encoding in ("gzip", "x-gzip") or body.startswith(_GZIP_MAGIC)
+
+
+def _gunzip_pieces(data: bytes, limit: int) -> Iterator[bytes]:
+    """The inflated body in pieces of at most `_INFLATE_PIECE`. Concatenated gzip
+    members are one stream (RFC 1952), NUL padding between or after them skipped.
+    Linear in the body: each member is handed the input a window at a time
+    (`_member_pieces`), so what zlib copies out as unused or unconsumed input is at
+    most a window, never the rest of the body: 500,000 empty members in 10 MiB took
+    minutes when each one re-copied the remainder."""
+    view = memoryview(data)
+    position = 0
+    room = limit  # what the limit still allows
     try:
-        while remaining:  # concatenated gzip members are one stream (RFC 1952)
-            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            pending = remaining
-            while not inflater.eof:
-                # Inflate in small pieces appended in place: a whole-limit piece
-                # would be a second copy, doubling the peak memory of a gzip bomb.
-                piece = inflater.decompress(pending, min(_INFLATE_PIECE, limit + 1 - len(out)))
-                out += piece
-                if len(out) > limit:
-                    raise BodyTooLarge(f"decompressed body is over {limit} bytes")
-                progressed = piece or len(inflater.unconsumed_tail) < len(pending)
-                pending = inflater.unconsumed_tail
-                if not progressed:
-                    break  # input used up before the end of the stream
-            if not inflater.eof:
-                raise UndecodableBody("gzip stream is truncated")
-            remaining = inflater.unused_data.lstrip(b"\x00")
+        while position < len(data):
+            end, room = yield from _member_pieces(view, position, room, limit)
+            position = _after_padding(data, end)
     except zlib.error as exc:
         raise UndecodableBody(f"body is not valid gzip: {exc}") from None
-    return out
+
+
+_FIRST_WINDOW = 256  # an empty member is 20 bytes: a small start wastes nothing
+_MAX_WINDOW = 64 * 1024
+_NOT_NUL = re.compile(rb"[^\x00]")
+
+
+def _member_pieces(
+    view: memoryview, start: int, room: int, limit: int
+) -> Generator[bytes, None, tuple[int, int]]:
+    """Inflate the member starting at `start`; returns where it ends and the room
+    left under the limit.
+
+    The input goes in windows doubling from `_FIRST_WINDOW` to `_MAX_WINDOW`: a
+    tiny member costs a tiny copy, a large one few calls. The output comes in
+    `_INFLATE_PIECE`s: a whole-limit piece would be a copy of the whole body, and
+    the cap stays exact (at most one byte past the limit is ever inflated, to tell
+    "at" from "over")."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    fed = start  # input handed to zlib so far ends here
+    window = _FIRST_WINDOW
+    pending: bytes | memoryview = b""  # input given to zlib, not yet consumed
+    while not inflater.eof:
+        if not pending:
+            if fed == len(view):
+                raise UndecodableBody("gzip stream is truncated")
+            pending = view[fed : fed + window]
+            fed += len(pending)
+            window = min(2 * window, _MAX_WINDOW)
+        piece = inflater.decompress(pending, min(_INFLATE_PIECE, room + 1))
+        room -= len(piece)
+        if room < 0:
+            raise BodyTooLarge(f"decompressed body is over {limit} bytes")
+        pending = inflater.unconsumed_tail
+        if piece:
+            yield piece
+    return fed - len(inflater.unused_data), room
+
+
+def _after_padding(data: bytes, position: int) -> int:
+    """The first byte at or after `position` that is not NUL padding (some writers
+    pad members to a block size), or the end."""
+    found = _NOT_NUL.search(data, position)
+    return len(data) if found is None else found.start()
 
 
 def split_records(data: bytes | bytearray) -> list[BodyItem]:
     """A JSON array, one JSON object, or NDJSON (one record per line; blank lines
-    are skipped and do not count as indexes)."""
-    text = bytes(data).lstrip(_WHITESPACE)
-    text = text.removeprefix(_BOM).lstrip(_WHITESPACE)
-    if not text:
+    are skipped and do not count as indexes). All at once: see `iter_records`."""
+    return list(iter_records(data))
+
+
+def iter_records(data: bytes | bytearray) -> Iterator[BodyItem]:
+    """The items of `split_records`, made as they are asked for, so that a caller
+    that handles each in turn never holds them all: NDJSON lines are cut from the
+    body one at a time, and an array's values are let go as their items are taken.
+    UndecodableBody is raised here, before the first item: a body of which not one
+    line is JSON is found out by a first look that stops at the first JSON line."""
+    text = bytes(data)  # no copy for bytes, which `decompress` gives
+    start = _content_start(text)
+    if start == len(text):
         raise UndecodableBody("empty body")
-    if text.startswith(b"["):
+    content = memoryview(text)[start:]  # parsed in place, not copied
+    if content[:1] == b"[":
         try:
-            values = orjson.loads(text)
+            values = orjson.loads(content)
         except orjson.JSONDecodeError as exc:
             raise UndecodableBody(
                 f"body starts as a JSON array but is not valid JSON: {exc}"
             ) from None
-        return [BodyItem(i, value) for i, value in enumerate(values)]
-    if text.startswith(b"{"):
+        return _array_items(values)
+    if content[:1] == b"{":
         try:
-            return [BodyItem(0, orjson.loads(text), raw=text)]
+            value = orjson.loads(content)
         except orjson.JSONDecodeError:
             pass  # several objects: NDJSON
-    return _split_ndjson(text)
+        else:
+            return iter([BodyItem(0, value, raw=text[start:] if start else text)])
+    _check_some_line_is_json(text, start)
+    return _ndjson_items(text, start)
 
 
-def _split_ndjson(text: bytes) -> list[BodyItem]:
-    items: list[BodyItem] = []
-    for line in text.split(b"\n"):
-        line = line.removesuffix(b"\r")  # the rest of the line is kept verbatim
-        if not line.strip(_WHITESPACE):
-            continue
+def _content_start(text: bytes) -> int:
+    """Where the content starts: after leading whitespace, a UTF-8 BOM and more
+    whitespace (an offset: stripping would copy the body)."""
+    found = _LEADING.match(text)
+    assert found is not None  # the pattern matches the empty string
+    return found.end()
+
+
+_LEADING = re.compile(rb"[ \t\r\n]*(?:\xef\xbb\xbf)?[ \t\r\n]*")  # the BOM in UTF-8
+
+
+def _array_items(values: list[Any]) -> Iterator[BodyItem]:
+    for i, value in enumerate(values):
+        values[i] = None  # the item holds it now, and frees it when it is done
+        yield BodyItem(i, value)
+
+
+def _ndjson_lines(text: bytes, start: int) -> Iterator[bytes]:
+    """The body's non-blank lines from `start`, without their CR (the rest of the
+    line is kept verbatim), each cut out when it is reached."""
+    end_of_text = len(text)
+    while start < end_of_text:
+        end = text.find(b"\n", start)
+        if end == -1:
+            end = end_of_text
+        line = text[start:end].removesuffix(b"\r")
+        start = end + 1
+        if line.strip(_WHITESPACE):
+            yield line
+
+
+def _check_some_line_is_json(text: bytes, start: int) -> None:
+    """UndecodableBody unless some line is JSON: a body of which not one line is
+    JSON is not NDJSON but something else, answered 400 and kept whole."""
+    first: str | None = None
+    for line in _ndjson_lines(text, start):
+        try:
+            orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            first = first or f"line is not valid JSON: {exc}"
+        else:
+            return
+    raise UndecodableBody(f"body is not JSON, a JSON array or NDJSON ({first or 'no content'})")
+
+
+def _ndjson_items(text: bytes, start: int) -> Iterator[BodyItem]:
+    for index, line in enumerate(_ndjson_lines(text, start)):
         record = decode_line(line)
         if record is not None:  # the hot path: no dict, no second decode
-            items.append(BodyItem.decoded(len(items), line, record))
+            yield BodyItem.decoded(index, line, record)
             continue
-        item = BodyItem(len(items), raw=line)
+        item = BodyItem(index, raw=line)
         try:
             item.value = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             item.error = f"line is not valid JSON: {exc}"
-        items.append(item)
-    if all(item.error for item in items):
-        first = items[0].error if items else "no content"
-        raise UndecodableBody(f"body is not JSON, a JSON array or NDJSON ({first})")
-    return items
+        yield item

@@ -9,7 +9,8 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from service import repository, telemetry
-from service.ingest.body import BodyItem, UndecodableBody, decompress, split_records
+from service.ingest import inflight
+from service.ingest.body import BodyItem, UndecodableBody, decompress, iter_records
 from service.ingest.bulk import NotBulk, bulk_rows
 from service.ingest.fast import convert_value, record_values
 from service.ingest.litellm import convert_item, is_litellm_payload
@@ -21,6 +22,7 @@ from service.ingest.records import (
 )
 
 MAX_REPORTED_ERRORS = 100
+REJECTED_BATCH = 2000  # rejected records written at a time (see _RejectedRows)
 USAGE_ENDPOINT = "usage"
 
 
@@ -46,7 +48,9 @@ def ingest_usage(
     """`endpoint` labels the rejected records (OTLP's mapped records pass through here
     too, and a user reading /v1/rejected should see where they came from)."""
     try:
-        data = decompress(body, content_encoding, max_decompressed_bytes)
+        data = decompress(
+            body, content_encoding, max_decompressed_bytes, admit=inflight.charge_inflated
+        )
         # The common body, every line a valid record: decoded and stored in bulk,
         # its rows built while the database takes the first ones. A record the fast
         # path declines stops it; what it stored is undone and the lines decide.
@@ -56,7 +60,9 @@ def ingest_usage(
                 return _store(session, bulk, IngestOutcome())
             except NotBulk:
                 pass
-        items = split_records(data)
+        # Line by line, records become Python values: dense JSON takes more memory.
+        inflight.charge_json_values(data)
+        items = iter_records(data)
     except UndecodableBody as exc:
         repository.add_rejected(
             session,
@@ -67,7 +73,7 @@ def ingest_usage(
 
     outcome = IngestOutcome()
     values: list[tuple[Any, ...]] = []
-    rejected_rows: list[dict[str, Any]] = []
+    rejected = _RejectedRows(session)
     for item in items:
         row, reason = _validate(item, received_us)
         if row is not None:
@@ -75,14 +81,38 @@ def ingest_usage(
             continue
         request_id = _request_id_of(item.value)
         reason = reason or "invalid record"
-        rejected_rows.append(
+        rejected.add(
             _rejected_row(endpoint, received_us, item.index, request_id, reason, item.verbatim())
         )
         if len(outcome.errors) < MAX_REPORTED_ERRORS:
             outcome.errors.append({"index": item.index, "request_id": request_id, "error": reason})
-    outcome.rejected = len(rejected_rows)
-    repository.add_rejected(session, rejected_rows)
+    rejected.flush()
+    outcome.rejected = rejected.count
     return _store(session, values, outcome)
+
+
+class _RejectedRows:
+    """The rejected records of a body, written `REJECTED_BATCH` at a time as they
+    come. Kept until the end, a body of small invalid lines held a row (a dict, its
+    reason, its verbatim bytes) per line: 64 MiB of them took a gigabyte. The
+    writes are in the request's transaction, so an error before the commit still
+    stores none of them; on SQLite, a body with more rejected records than a batch
+    takes the write lock from its first batch on, while the rest is validated."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.pending: list[dict[str, Any]] = []
+        self.count = 0
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.pending.append(row)
+        self.count += 1
+        if len(self.pending) >= REJECTED_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        repository.add_rejected(self.session, self.pending)
+        self.pending = []
 
 
 def _store(

@@ -5,7 +5,8 @@ The mapped records go through `ingest_usage`, the very path of POST /v1/usage, s
 validation, idempotency (request_id), the rejected store and the commit before
 the answer are the same. Each mapped record carries its source span under `otlp`
 (an unknown field, ignored when valid): a rejected one is kept with what was sent.
-`ingest_usage` takes a body, so the records are written as one JSON array for it."""
+`ingest_usage` takes a body, so the records are written for it as NDJSON, which it
+decodes a line at a time."""
 
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +15,7 @@ import orjson
 from sqlalchemy.orm import Session
 
 from service import repository, telemetry
-from service.ingest import genai, otlp
+from service.ingest import genai, inflight, otlp
 from service.ingest.body import UndecodableBody, decompress
 from service.services.ingestion import IngestOutcome, ingest_usage
 
@@ -43,25 +44,15 @@ def ingest_otlp(
     received_us: int,
 ) -> OtlpOutcome:
     try:
-        data = decompress(body, content_encoding, max_decompressed_bytes)
-        request = otlp.decode_request(data, signal, encoding)
+        batch, ignored = _mapped_records(
+            body, signal, encoding, content_encoding, max_decompressed_bytes
+        )
     except UndecodableBody as exc:
         keep_undecodable(session, body, signal, str(exc), received_us)
         return OtlpOutcome(rejected=1, undecodable=str(exc))
-
-    records: list[dict[str, Any]] = []
-    ignored = 0
-    for item in otlp.items(request, signal):
-        if not genai.is_genai(item):
-            ignored += 1
-            continue
-        record = genai.to_record(item)
-        record["otlp"] = {"signal": signal, "item": otlp.source_json(item.source)}
-        records.append(record)
-    if not records:
+    if not batch:
         return OtlpOutcome(ignored=ignored)
 
-    batch = _serialize(records)
     stored = ingest_usage(
         session,
         batch,
@@ -73,6 +64,49 @@ def ingest_otlp(
     return OtlpOutcome(
         **vars(stored), ignored=ignored, error_message=_error_message(stored, signal)
     )
+
+
+def _mapped_records(
+    body: bytes,
+    signal: otlp.Signal,
+    encoding: otlp.Encoding,
+    content_encoding: str | None,
+    max_decompressed_bytes: int,
+) -> tuple[bytes, int]:
+    """The GenAI items of the request as NDJSON records, one line each, and how many
+    other items it had. The decoded request is let go before the lines are joined:
+    with the list of mapped records and the array written from them, all held while
+    `ingest_usage` decoded that array whole, a body took 75 times its size."""
+    lines, ignored = _record_lines(body, signal, encoding, content_encoding, max_decompressed_bytes)
+    # Three times a protobuf body's size, held while `ingest_usage` decodes it.
+    inflight.charge(sum(map(len, lines)))
+    return b"\n".join(lines), ignored
+
+
+def _record_lines(
+    body: bytes,
+    signal: otlp.Signal,
+    encoding: otlp.Encoding,
+    content_encoding: str | None,
+    max_decompressed_bytes: int,
+) -> tuple[list[bytes], int]:
+    """Each GenAI item's record, written as soon as it is mapped."""
+    data = decompress(
+        body, content_encoding, max_decompressed_bytes, admit=inflight.charge_inflated
+    )
+    if encoding == "json":  # a tree of values, and a copy with the ids in base64
+        inflight.charge_json_values(data, trees=2)
+    request = otlp.decode_request(data, signal, encoding)
+    lines: list[bytes] = []
+    ignored = 0
+    for item in otlp.items(request, signal):
+        if not genai.is_genai(item):
+            ignored += 1
+            continue
+        record = genai.to_record(item)
+        record["otlp"] = {"signal": signal, "item": otlp.source_json(item.source)}
+        lines.append(_serialize(record))
+    return lines, ignored
 
 
 def _error_message(stored: IngestOutcome, signal: otlp.Signal) -> str:
@@ -111,19 +145,21 @@ def keep_undecodable(
     telemetry.count_ingest(session, 0, 0, 1)
 
 
-def _serialize(records: list[dict[str, Any]]) -> bytes:
+def _serialize(record: dict[str, Any]) -> bytes:
+    """The record as one line, written as it would be inside a JSON array: orjson
+    writes at most 254 levels, and the line keeps the depth it had when the records
+    were one array (what the stored rejections show did not change)."""
     try:
-        return orjson.dumps(records)
+        return orjson.dumps([record])[1:-1]
     except (orjson.JSONEncodeError, TypeError):
         pass
-    # orjson writes at most 254 levels. The span under `otlp` never has that many
-    # (the decoders stop at fewer), but `cachewatch.segments` text may parse to a
-    # deeper value: that field is replaced by a note, validation rejects the record
-    # for it, and the span as sent is still under `otlp`.
-    for record in records:
-        for name, value in record.items():
-            try:
-                orjson.dumps([{name: value}])  # at its depth in the body
-            except (orjson.JSONEncodeError, TypeError):
-                record[name] = _UNWRITABLE
-    return orjson.dumps(records)
+    # The span under `otlp` never has that many levels (the decoders stop at fewer),
+    # but `cachewatch.segments` text may parse to a deeper value: that field is
+    # replaced by a note, validation rejects the record for it, and the span as sent
+    # is still under `otlp`.
+    for name, value in record.items():
+        try:
+            orjson.dumps([{name: value}])  # at its depth in the body
+        except (orjson.JSONEncodeError, TypeError):
+            record[name] = _UNWRITABLE
+    return orjson.dumps([record])[1:-1]

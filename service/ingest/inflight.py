@@ -1,0 +1,170 @@
+"""Bytes in flight: one budget per process for the memory that request bodies and
+their decoding hold at once (`CACHEWATCH_MAX_INFLIGHT_BYTES`).
+
+A body costs more than its size. Inflated, it is up to 64 MiB from 10 MiB sent;
+decoded, each record becomes Python objects and a row kept until the insert ends.
+Measured (peak RSS of the process over the decoded size, SQLite and PostgreSQL,
+`bench/body_memory.py` and the table in docs/ingestion.md): 2x for invalid records,
+4-5x for valid NDJSON of typical records, 9x for NDJSON of the smallest valid
+records, 10.3x for a gzip JSON array of them counting the inflated body itself.
+Without a bound, four such bodies in parallel took 3.3 GiB.
+
+So each request that reads a body holds a `Reservation` on its process's `Budget`,
+charged as the memory is taken:
+
+- the body as sent, as it is read (`service.api.deps.read_bounded_body`);
+- its decoding, `DECODE_FACTOR` bytes per decoded byte: for a body that is not gzip
+  once it has been read; for a gzip body once its inflated size is known, before
+  more than 1 MiB of it is kept, together with the inflated bytes themselves
+  (`charge_inflated`, asked by `body.decompress`, which counts a larger body's
+  bytes in a first pass that keeps none: a gzip bomb is refused without being held);
+- what dense JSON takes beyond that, estimated from its separators, before a body
+  is decoded into Python values (`charge_json_values`).
+
+A charge the budget cannot take raises `Busy`: the request is answered 503 with
+Retry-After and the shipper sends it again later. Requests are not queued: a
+waiting request would hold its body, and a queue of them is the unbounded memory
+this avoids. A request whose charges alone would pass the whole budget can never
+be served: `BodyTooLarge` (413). Settings make sure that no body of records within
+the size limits is one (`Settings.max_inflight_bytes`). Everything a request holds is given
+back when it ends, however it ends.
+"""
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from service.ingest.body import BodyTooLarge
+
+# Bytes of memory that decoding takes per decoded byte, at most, for bodies of
+# records (the largest measured, 10.3x with the inflated body, rounded up).
+DECODE_FACTOR = 10
+
+MiB = 1024 * 1024
+
+
+class Busy(Exception):
+    """Bodies in flight hold the whole budget: answer 503 with Retry-After."""
+
+
+class Budget:
+    """The bytes that the process's requests may hold at once. Charged from the
+    event loop (reading bodies) and from worker threads (decoding them)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> bool:
+        with self._lock:
+            if self.held + n > self.capacity:
+                return False
+            self.held += n
+            return True
+
+    def give_back(self, n: int) -> None:
+        with self._lock:
+            self.held -= n
+
+
+class Reservation:
+    """What one request holds of the budget: it grows with each charge and is given
+    back whole at the request's end."""
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self.held = 0
+
+    def charge(self, n: int) -> None:
+        if n <= 0:
+            return
+        wanted = self.held + n
+        if wanted > self.budget.capacity:
+            raise BodyTooLarge(
+                f"decoding this body takes about {wanted // MiB} MiB of memory, more than "
+                f"the {self.budget.capacity // MiB} MiB allowed for all bodies in flight "
+                "(CACHEWATCH_MAX_INFLIGHT_BYTES)"
+            )
+        if not self.budget.take(n):
+            raise Busy(
+                f"the server holds {self.budget.held // MiB} MiB of request bodies, "
+                f"its limit is {self.budget.capacity // MiB} MiB; retry later"
+            )
+        self.held = wanted
+
+    def release(self) -> None:
+        self.budget.give_back(self.held)
+        self.held = 0
+
+
+# The reservation of the request being served. A context variable, so the services
+# charge decoding to their request without every caller passing it along (the
+# endpoint runs in a worker thread, in a copy of the request's context).
+_current: ContextVar[Reservation | None] = ContextVar("inflight_reservation", default=None)
+
+
+@contextmanager
+def reserving(budget: Budget) -> Iterator[Reservation]:
+    """The current request's reservation on `budget`, given back on leaving."""
+    reservation = Reservation(budget)
+    token = _current.set(reservation)
+    try:
+        yield reservation
+    finally:
+        reservation.release()
+        _current.reset(token)
+
+
+def most_one_body_holds(max_body_bytes: int, max_decompressed_bytes: int) -> int:
+    """The charges of a body at both size limits: sent, inflated and decoded, or
+    sent and decoded as it is."""
+    inflated = max_body_bytes + (1 + DECODE_FACTOR) * max_decompressed_bytes
+    return max(inflated, (1 + DECODE_FACTOR) * max_body_bytes)
+
+
+# What orjson and validation take, at most, per JSON separator of a text decoded into
+# Python values (measured, shapes of `bench/body_memory.py --dense`): a value after a
+# comma (an int in a list, 27-30 bytes); a container (`[[[]]]` elements, 96 bytes
+# each, with the validation's copies); a member after a colon (an object of
+# distinct keys, 194 bytes with the comma, pydantic copying it).
+_PER_COMMA, _PER_CONTAINER, _PER_COLON = 32, 96, 100
+
+
+def json_values_cost(text: bytes) -> int:
+    """An upper estimate of the memory that decoding `text` as JSON into Python
+    values and validating them takes: JSON dense in separators (`[{},{},...]`) takes
+    up to 40 bytes a byte, four times `DECODE_FACTOR`. One pass per separator."""
+    containers = text.count(b"{") + text.count(b"[")
+    return (
+        _PER_COMMA * text.count(b",") + _PER_CONTAINER * containers + _PER_COLON * text.count(b":")
+    )
+
+
+def charge(n: int) -> None:
+    """Charge the current request `n` bytes; nothing happens outside a request (the
+    CLI, the simulator, tests of the services)."""
+    reservation = _current.get()
+    if reservation is not None:
+        reservation.charge(n)
+
+
+def charge_decoding(decoded: int) -> None:
+    """Decoding `decoded` bytes of body."""
+    charge(DECODE_FACTOR * decoded)
+
+
+def charge_inflated(inflated: int) -> None:
+    """A gzip body of `inflated` bytes is about to be inflated: the bytes themselves
+    and their decoding."""
+    charge((1 + DECODE_FACTOR) * inflated)
+
+
+def charge_json_values(text: bytes, trees: int = 1) -> None:
+    """Before `text` is decoded into Python values (`trees` copies of them held at
+    once): what its separators say that takes beyond the `DECODE_FACTOR` per byte
+    already charged, which is nothing for records of usual shapes. Only under a
+    reservation: counting is not free."""
+    if _current.get() is not None:
+        charge(trees * json_values_cost(text) - DECODE_FACTOR * len(text))
