@@ -5,9 +5,10 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel
 
 from service.api.patterns import RFC3339, TS_TEXT, anchored
-from service.ingest.otlp import _MEDIA_TYPES as OTLP_MEDIA_TYPES  # its decoder's table
+from service.ingest.body import GZIP_ENCODINGS, PLAIN_ENCODINGS
+from service.ingest.otlp import MEDIA_TYPES as OTLP_MEDIA_TYPES
 from service.ingest.timestamps import EPOCH_NUMBER_RANGES, MAX_YEAR, MIN_YEAR
-from service.services.events import EventIn, EventKind
+from service.services.events import REQUIRED_BY_KIND, EventIn, EventKind
 
 
 class RecordError(BaseModel):
@@ -214,7 +215,9 @@ def _content_encoding_pattern(encodings: tuple[str, ...]) -> str:
 
 #: Content-Encoding of a body: gzip (or its old name) or none
 #: (service.ingest.body.decompress; the body is then gunzipped).
-CONTENT_ENCODING_PATTERN = _content_encoding_pattern(("identity", "gzip", "x-gzip"))
+CONTENT_ENCODING_PATTERN = _content_encoding_pattern(
+    tuple(e for e in (*PLAIN_ENCODINGS, *GZIP_ENCODINGS) if e)
+)
 
 
 # POST /v1/usage reads its body raw (NDJSON, JSON, gzip: docs/ingestion.md), so
@@ -265,19 +268,17 @@ def _event_schema() -> dict[str, Any]:
             if option.get("type") == "string" and "enum" not in option:
                 option["pattern"] = NO_NUL
     properties["ts"] = TS_SCHEMA
-    others = [kind for kind in get_args(EventKind) if kind not in KIND_FIELDS]
+    others = [kind for kind in get_args(EventKind) if kind not in REQUIRED_BY_KIND]
     schema["anyOf"] = [
         {
             "properties": {"kind": {"const": kind}, field: {"not": {"type": "null"}}},
             "required": [field],
         }
-        for kind, field in KIND_FIELDS.items()
+        for kind, (field, _) in REQUIRED_BY_KIND.items()
     ] + [{"properties": {"kind": {"enum": others}}}]
     return schema
 
 
-#: The field an event of each kind must carry (EventIn's `_required_by_kind`).
-KIND_FIELDS = {"deploy": "deploy", "replicas": "replicas"}
 EVENT_SCHEMA: dict[str, Any] = _event_schema()
 
 

@@ -13,6 +13,10 @@ import orjson
 from service.ingest.fast import FastRecord, decode_line
 
 _GZIP_MAGIC = b"\x1f\x8b"
+#: `Content-Encoding` values of a gzipped body, and of one sent as it is ("" is none);
+#: any letter case, surrounding whitespace stripped. Anything else is refused (400).
+GZIP_ENCODINGS = ("gzip", "x-gzip")
+PLAIN_ENCODINGS = ("", "identity")
 _WHITESPACE = b" \t\r\n"
 _INFLATE_PIECE = 1 << 20
 
@@ -84,8 +88,8 @@ def decompress(
     `admit(size)` is asked before more than `_KEPT_UNADMITTED` inflated bytes are
     kept (`service.ingest.inflight.charge_inflated` raises Busy when the memory
     budget cannot take them); see `_gunzip_admitted`."""
-    encoding = (content_encoding or "").strip().lower()
-    if encoding not in ("", "identity", "gzip", "x-gzip"):
+    encoding = _encoding(content_encoding)
+    if encoding not in PLAIN_ENCODINGS and encoding not in GZIP_ENCODINGS:
         raise UndecodableBody(f"unsupported Content-Encoding {content_encoding!r}; use gzip")
     if is_gzip(body, content_encoding):
         return _gunzip_admitted(body, limit, admit)
@@ -126,8 +130,11 @@ def _gunzip_admitted(body: bytes, limit: int, admit: Callable[[int], None]) -> b
 
 def is_gzip(body: bytes, content_encoding: str | None) -> bool:
     """Whether `decompress` gunzips this body."""
-    encoding = (content_encoding or "").strip().lower()
-    return encoding in ("gzip", "x-gzip") or body.startswith(_GZIP_MAGIC)
+    return _encoding(content_encoding) in GZIP_ENCODINGS or body.startswith(_GZIP_MAGIC)
+
+
+def _encoding(content_encoding: str | None) -> str:
+    return (content_encoding or "").strip().lower()
 
 
 def _gunzip_pieces(data: bytes, limit: int) -> Iterator[bytes]:

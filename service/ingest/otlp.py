@@ -34,7 +34,7 @@ from service.ingest.body import UndecodableBody
 Signal = Literal["traces", "logs"]
 Encoding = Literal["protobuf", "json"]
 
-_MEDIA_TYPES: dict[str, Encoding] = {
+MEDIA_TYPES: dict[str, Encoding] = {
     "application/x-protobuf": "protobuf",
     "application/protobuf": "protobuf",
     "application/json": "json",
@@ -51,12 +51,12 @@ class UnsupportedMediaType(Exception):
 
 def body_encoding(content_type: str | None) -> Encoding:
     media = (content_type or "").split(";", 1)[0].strip().lower()
-    if media not in _MEDIA_TYPES:
+    if media not in MEDIA_TYPES:
         raise UnsupportedMediaType(
             f"unsupported Content-Type {content_type!r}: "
             "use application/x-protobuf or application/json"
         )
-    return _MEDIA_TYPES[media]
+    return MEDIA_TYPES[media]
 
 
 @dataclass

@@ -39,11 +39,14 @@ END_US = END_S * _US_PER_S
 #: high exclusive. Seconds from 0 (inclusive); milliseconds, microseconds and
 #: nanoseconds from the contract's bound of their magnitude (exclusive), each up to
 #: END_S in its unit. The OpenAPI schema is built from these.
+#: The contract's magnitudes: an epoch number above these is in ms, us, ns.
+MS_ABOVE, US_ABOVE, NS_ABOVE = 1e11, 1e14, 1e17
+_END_MS, _END_NS = END_S * 1000, END_S * 1_000_000_000
 EPOCH_NUMBER_RANGES: tuple[tuple[float, bool, int], ...] = (
     (0, True, END_S),
-    (1e11, False, END_S * 1000),
-    (1e14, False, END_S * 1_000_000),
-    (1e17, False, END_S * 1_000_000_000),
+    (MS_ABOVE, False, _END_MS),
+    (US_ABOVE, False, END_US),
+    (NS_ABOVE, False, _END_NS),
 )
 
 # ASCII digits only: `\d` also matches other scripts' digits ("٢٠٢٦"), which int() reads.
@@ -122,14 +125,14 @@ def _epoch_number_to_us(value: float) -> int:
         raise ValueError("ts must be a finite number")
     if value < 0:
         raise ValueError("ts must not be before 1970")
-    # Scaled by magnitude: above 1e17 is ns, 1e14 us, 1e11 ms, else s. A plain
-    # if-chain: this runs once per record and a generator cost 3x as much.
-    if value > 1e17:
-        factor, divisor, end = 1, 1000, END_S * 1_000_000_000
-    elif value > 1e14:
+    # EPOCH_NUMBER_RANGES, scaled by magnitude. A plain if-chain: this runs once per
+    # record and a generator cost 3x as much.
+    if value > NS_ABOVE:
+        factor, divisor, end = 1, 1000, _END_NS
+    elif value > US_ABOVE:
         factor, divisor, end = 1, 1, END_US
-    elif value > 1e11:
-        factor, divisor, end = 1000, 1, END_S * 1000
+    elif value > MS_ABOVE:
+        factor, divisor, end = 1000, 1, _END_MS
     else:
         factor, divisor, end = _US_PER_S, 1, END_S
     if value >= end:

@@ -14,6 +14,11 @@ from service.ingest.timestamps import parse_ts, us_to_rfc3339
 from service.models import ChangeEvent
 
 EventKind = Literal["deploy", "replicas", "config", "note"]
+#: The field an event of a kind must carry, and what it is.
+REQUIRED_BY_KIND: dict[str, tuple[str, str]] = {
+    "deploy": ("deploy", "the new release tag"),
+    "replicas": ("replicas", "the new replica count"),
+}
 
 
 class EventIn(BaseModel):
@@ -29,10 +34,9 @@ class EventIn(BaseModel):
 
     @model_validator(mode="after")
     def _required_by_kind(self) -> "EventIn":
-        if self.kind == "deploy" and self.deploy is None:
-            raise ValueError("a deploy event needs `deploy`, the new release tag")
-        if self.kind == "replicas" and self.replicas is None:
-            raise ValueError("a replicas event needs `replicas`, the new replica count")
+        needed = REQUIRED_BY_KIND.get(self.kind)
+        if needed is not None and getattr(self, needed[0]) is None:
+            raise ValueError(f"a {self.kind} event needs `{needed[0]}`, {needed[1]}")
         for name in ("service", "model", "deploy", "description"):
             value = getattr(self, name)
             if value is not None and "\x00" in value:

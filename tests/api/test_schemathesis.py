@@ -58,6 +58,7 @@ from schemathesis.specs.openapi.checks import (
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.api.app import create_app
+from service.ingest.body import GZIP_ENCODINGS
 from service.services.tokens import Scope, allows
 from service.settings import Settings
 
@@ -192,7 +193,7 @@ def gzipped_body(case: Case) -> dict[str, Any]:
     Content-Encoding says gzip (service.ingest.body.decompress)."""
     headers = {name.lower(): value for name, value in (case.headers or {}).items()}
     encoding = str(headers.get("content-encoding", "")).strip().lower()
-    if encoding not in ("gzip", "x-gzip") or case.body is None:
+    if encoding not in GZIP_ENCODINGS or case.body is None:
         return {}
     raw = case.body if isinstance(case.body, bytes) else json.dumps(case.body).encode()
     return {"data": gzip.compress(raw)}

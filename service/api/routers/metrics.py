@@ -145,7 +145,7 @@ def get_capacity(
         or len(size_list) > MAX_SIZES
         or any(not 0 < s <= MAX_SIZE_TOKENS for s in size_list)
     ):
-        raise HTTPException(422, "`sizes`: 1 to 64 positive token counts")
+        raise HTTPException(422, f"`sizes`: 1 to {MAX_SIZES} positive token counts")
     try:
         return capacity.capacity(
             session,
