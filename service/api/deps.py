@@ -1,6 +1,7 @@
 """Request dependencies: the database session, token scopes, bounded bodies."""
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request, Security
@@ -115,7 +116,16 @@ ReadAuth = scope_auth(Scope.READ)
 AdminAuth = scope_auth(Scope.ADMIN)
 
 
-async def read_bounded_body(request: Request, settings: SettingsDep) -> AsyncIterator[bytes]:
+@dataclass(frozen=True)
+class ReceivedBody:
+    """A request's raw body and its reservation on the memory budget, which the
+    service that decodes the body charges as it goes."""
+
+    data: bytes
+    reservation: inflight.Reservation
+
+
+async def read_bounded_body(request: Request, settings: SettingsDep) -> AsyncIterator[ReceivedBody]:
     """The raw body, refused with 413 as soon as it passes the limit, so an
     oversized upload is never held in memory whole.
 
@@ -141,8 +151,8 @@ async def read_bounded_body(request: Request, settings: SettingsDep) -> AsyncIte
         body = bytes(received)
         del received
         if not is_gzip(body, request.headers.get("content-encoding")):
-            inflight.charge_decoding(len(body))
-        yield body
+            reservation.charge_decoding(len(body))
+        yield ReceivedBody(body, reservation)
 
 
 def _inflight_budget(request: Request, settings: Settings) -> inflight.Budget:
@@ -154,4 +164,4 @@ def _inflight_budget(request: Request, settings: Settings) -> inflight.Budget:
     return budget
 
 
-BodyDep = Annotated[bytes, Depends(read_bounded_body)]
+BodyDep = Annotated[ReceivedBody, Depends(read_bounded_body)]

@@ -86,8 +86,8 @@ def decompress(
     """Gunzip when the header says gzip or the body starts with the gzip magic,
     never producing more than `limit` bytes (a gzip bomb stops at the limit).
     `admit(size)` is asked before more than `_KEPT_UNADMITTED` inflated bytes are
-    kept (`service.ingest.inflight.charge_inflated` raises Busy when the memory
-    budget cannot take them); see `_gunzip_admitted`."""
+    kept (`inflight.Reservation.charge_inflated` raises Busy when the memory budget
+    cannot take them); see `_gunzip_admitted`."""
     encoding = _encoding(content_encoding)
     if encoding not in PLAIN_ENCODINGS and encoding not in GZIP_ENCODINGS:
         raise UndecodableBody(f"unsupported Content-Encoding {content_encoding!r}; use gzip")

@@ -33,7 +33,6 @@ back when it ends, however it ends.
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 
 from service.ingest.body import BodyTooLarge
 
@@ -71,7 +70,8 @@ class Budget:
 
 class Reservation:
     """What one request holds of the budget: it grows with each charge and is given
-    back whole at the request's end."""
+    back whole at the request's end (`reserving`). The services that decode a body
+    take it as an argument and charge it as they go."""
 
     def __init__(self, budget: Budget) -> None:
         self.budget = budget
@@ -94,27 +94,51 @@ class Reservation:
             )
         self.held = wanted
 
+    def charge_decoding(self, decoded: int) -> None:
+        """Decoding `decoded` bytes of body."""
+        self.charge(DECODE_FACTOR * decoded)
+
+    def charge_inflated(self, inflated: int) -> None:
+        """A gzip body of `inflated` bytes is about to be inflated: the bytes
+        themselves and their decoding (`body.decompress`'s `admit`)."""
+        self.charge((1 + DECODE_FACTOR) * inflated)
+
+    def charge_json_values(self, text: bytes, trees: int = 1) -> None:
+        """Before `text` is decoded into Python values (`trees` copies of them held
+        at once): what its separators say that takes beyond the `DECODE_FACTOR` per
+        byte already charged, which is nothing for records of usual shapes."""
+        self.charge(trees * json_values_cost(text) - DECODE_FACTOR * len(text))
+
     def release(self) -> None:
         self.budget.give_back(self.held)
         self.held = 0
 
 
-# The reservation of the request being served. A context variable, so the services
-# charge decoding to their request without every caller passing it along (the
-# endpoint runs in a worker thread, in a copy of the request's context).
-_current: ContextVar[Reservation | None] = ContextVar("inflight_reservation", default=None)
+class Unmetered(Reservation):
+    """What a body decoded outside a request is charged to: nothing (the CLI, the
+    simulator, tests of the services). Counting dense JSON is skipped: it is not free."""
+
+    def __init__(self) -> None:
+        super().__init__(Budget(0))
+
+    def charge(self, n: int) -> None:
+        pass
+
+    def charge_json_values(self, text: bytes, trees: int = 1) -> None:
+        pass
+
+
+UNMETERED = Unmetered()
 
 
 @contextmanager
 def reserving(budget: Budget) -> Iterator[Reservation]:
-    """The current request's reservation on `budget`, given back on leaving."""
+    """A request's reservation on `budget`, given back on leaving."""
     reservation = Reservation(budget)
-    token = _current.set(reservation)
     try:
         yield reservation
     finally:
         reservation.release()
-        _current.reset(token)
 
 
 def most_one_body_holds(max_body_bytes: int, max_decompressed_bytes: int) -> int:
@@ -140,31 +164,3 @@ def json_values_cost(text: bytes) -> int:
     return (
         _PER_COMMA * text.count(b",") + _PER_CONTAINER * containers + _PER_COLON * text.count(b":")
     )
-
-
-def charge(n: int) -> None:
-    """Charge the current request `n` bytes; nothing happens outside a request (the
-    CLI, the simulator, tests of the services)."""
-    reservation = _current.get()
-    if reservation is not None:
-        reservation.charge(n)
-
-
-def charge_decoding(decoded: int) -> None:
-    """Decoding `decoded` bytes of body."""
-    charge(DECODE_FACTOR * decoded)
-
-
-def charge_inflated(inflated: int) -> None:
-    """A gzip body of `inflated` bytes is about to be inflated: the bytes themselves
-    and their decoding."""
-    charge((1 + DECODE_FACTOR) * inflated)
-
-
-def charge_json_values(text: bytes, trees: int = 1) -> None:
-    """Before `text` is decoded into Python values (`trees` copies of them held at
-    once): what its separators say that takes beyond the `DECODE_FACTOR` per byte
-    already charged, which is nothing for records of usual shapes. Only under a
-    reservation: counting is not free."""
-    if _current.get() is not None:
-        charge(trees * json_values_cost(text) - DECODE_FACTOR * len(text))

@@ -44,12 +44,15 @@ def ingest_usage(
     max_decompressed_bytes: int,
     received_us: int,
     endpoint: str = USAGE_ENDPOINT,
+    reservation: inflight.Reservation = inflight.UNMETERED,
 ) -> IngestOutcome:
     """`endpoint` labels the rejected records (OTLP's mapped records pass through here
-    too, and a user reading /v1/rejected should see where they came from)."""
+    too, and a user reading /v1/rejected should see where they came from). The
+    decoding is charged to `reservation`, the request's share of the memory budget
+    (`service.ingest.inflight`; outside a request, nothing)."""
     try:
         data = decompress(
-            body, content_encoding, max_decompressed_bytes, admit=inflight.charge_inflated
+            body, content_encoding, max_decompressed_bytes, admit=reservation.charge_inflated
         )
         # The common body, every line a valid record: decoded and stored in bulk,
         # its rows built while the database takes the first ones. A record the fast
@@ -61,7 +64,7 @@ def ingest_usage(
             except NotBulk:
                 pass
         # Line by line, records become Python values: dense JSON takes more memory.
-        inflight.charge_json_values(data)
+        reservation.charge_json_values(data)
         items = iter_records(data)
     except UndecodableBody as exc:
         repository.add_rejected(

@@ -42,17 +42,25 @@ def ingest_otlp(
     content_encoding: str | None,
     max_decompressed_bytes: int,
     received_us: int,
+    reservation: inflight.Reservation = inflight.UNMETERED,
 ) -> OtlpOutcome:
+    """The decoding is charged to `reservation` (as in `ingest_usage`)."""
     try:
-        batch, ignored = _mapped_records(
-            body, signal, encoding, content_encoding, max_decompressed_bytes
+        data = decompress(
+            body, content_encoding, max_decompressed_bytes, admit=reservation.charge_inflated
         )
+        lines, ignored = _record_lines(data, signal, encoding, reservation)
     except UndecodableBody as exc:
         keep_undecodable(session, body, signal, str(exc), received_us)
         return OtlpOutcome(rejected=1, undecodable=str(exc))
-    if not batch:
+    if not lines:
         return OtlpOutcome(ignored=ignored)
-
+    # The request and its values are gone; the lines are held while `ingest_usage`
+    # decodes them.
+    del data
+    reservation.charge(sum(map(len, lines)))
+    batch = b"\n".join(lines)
+    del lines
     stored = ingest_usage(
         session,
         batch,
@@ -60,42 +68,23 @@ def ingest_otlp(
         max_decompressed_bytes=len(batch),
         received_us=received_us,
         endpoint=f"otlp/{signal}",
+        reservation=reservation,
     )
     return OtlpOutcome(
         **vars(stored), ignored=ignored, error_message=_error_message(stored, signal)
     )
 
 
-def _mapped_records(
-    body: bytes,
-    signal: otlp.Signal,
-    encoding: otlp.Encoding,
-    content_encoding: str | None,
-    max_decompressed_bytes: int,
-) -> tuple[bytes, int]:
-    """The GenAI items of the request as NDJSON records, one line each, and how many
-    other items it had. The decoded request is let go before the lines are joined:
-    with the list of mapped records and the array written from them, all held while
-    `ingest_usage` decoded that array whole, a body took 75 times its size."""
-    lines, ignored = _record_lines(body, signal, encoding, content_encoding, max_decompressed_bytes)
-    # Three times a protobuf body's size, held while `ingest_usage` decodes it.
-    inflight.charge(sum(map(len, lines)))
-    return b"\n".join(lines), ignored
-
-
 def _record_lines(
-    body: bytes,
-    signal: otlp.Signal,
-    encoding: otlp.Encoding,
-    content_encoding: str | None,
-    max_decompressed_bytes: int,
+    data: bytes, signal: otlp.Signal, encoding: otlp.Encoding, reservation: inflight.Reservation
 ) -> tuple[list[bytes], int]:
-    """Each GenAI item's record, written as soon as it is mapped."""
-    data = decompress(
-        body, content_encoding, max_decompressed_bytes, admit=inflight.charge_inflated
-    )
+    """The GenAI items of the request as NDJSON records, one line each, written as
+    soon as each is mapped, and how many other items it had. The decoded request is
+    let go on return, before `ingest_usage` decodes the lines one at a time (kept,
+    with the mapped records and one JSON array of them decoded whole, it multiplied
+    what a request held)."""
     if encoding == "json":  # a tree of values, and a copy with the ids in base64
-        inflight.charge_json_values(data, trees=2)
+        reservation.charge_json_values(data, trees=2)
     request = otlp.decode_request(data, signal, encoding)
     lines: list[bytes] = []
     ignored = 0

@@ -14,12 +14,14 @@ from service.settings import MiB, Settings
 def test_charges_add_up_and_are_given_back_whole() -> None:
     budget = inflight.Budget(100)
     with inflight.reserving(budget) as mine:
-        inflight.charge(30)
-        inflight.charge_decoding(2)  # DECODE_FACTOR per decoded byte
-        inflight.charge_inflated(1)  # and one more for the inflated byte itself
+        mine.charge(30)
+        mine.charge_decoding(2)  # DECODE_FACTOR per decoded byte
+        mine.charge_inflated(1)  # and one more for the inflated byte itself
         assert mine.held == budget.held == 30 + 2 * inflight.DECODE_FACTOR + 1 + 10
     assert budget.held == 0
-    inflight.charge(10**12)  # outside a request: nothing to charge
+    inflight.UNMETERED.charge(10**12)  # outside a request: nothing to charge
+    inflight.UNMETERED.charge_json_values(b"[" + b"[]," * 1000 + b"[]]")
+    assert inflight.UNMETERED.held == 0
 
 
 def test_busy_while_others_hold_the_budget_too_large_when_alone_past_it() -> None:

@@ -141,7 +141,7 @@ def login_page(request: Request, settings: SettingsDep) -> Response:
 
 @router.post("/login", response_class=HTMLResponse)
 def login(request: Request, body: BodyDep, session: SessionDep, settings: SettingsDep) -> Response:
-    fields = parse_qs(body[:8192].decode("utf-8", "replace"), max_num_fields=10)
+    fields = parse_qs(body.data[:8192].decode("utf-8", "replace"), max_num_fields=10)
     next_url = safe_next((fields.get("next") or ["/"])[0])
     refusal = cross_origin_refusal(request, settings)
     if refusal is not None:

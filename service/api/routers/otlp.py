@@ -37,16 +37,17 @@ def _receiver(signal: otlp.Signal) -> Callable[..., Response]:
             # Content-Type; the request body's media types (OTLP_BODY) say it.
             encoding = otlp.body_encoding(request.headers.get("content-type"))
         except otlp.UnsupportedMediaType as exc:
-            keep_undecodable(session, body, signal, str(exc), received_us)
+            keep_undecodable(session, body.data, signal, str(exc), received_us)
             return _answer(otlp.status(str(exc)), "json", 415)
         outcome = ingest_otlp(
             session,
-            body,
+            body.data,
             signal=signal,
             encoding=encoding,
             content_encoding=content_encoding,
             max_decompressed_bytes=settings.max_decompressed_bytes,
             received_us=received_us,
+            reservation=body.reservation,
         )
         if outcome.undecodable is not None:
             # Returned, not raised: the session still commits the kept raw body.

@@ -33,10 +33,11 @@ def post_usage(
     """NDJSON, a JSON array of records or one record; gzip accepted."""
     outcome = ingest_usage(
         session,
-        body,
+        body.data,
         content_encoding=content_encoding,
         max_decompressed_bytes=settings.max_decompressed_bytes,
         received_us=time.time_ns() // 1000,
+        reservation=body.reservation,
     )
     if outcome.undecodable is not None:
         # Returned, not raised: the session still commits the kept raw body.
