@@ -3,11 +3,11 @@ their decoding hold at once (`CACHEWATCH_MAX_INFLIGHT_BYTES`).
 
 A body costs more than its size. Inflated, it is up to 64 MiB from 10 MiB sent;
 decoded, each record becomes Python objects and a row kept until the insert ends.
-Measured (peak RSS of the process over the decoded size, SQLite and PostgreSQL,
-`bench/body_memory.py` and the table in docs/ingestion.md): 2x for invalid records,
-4-5x for valid NDJSON of typical records, 9x for NDJSON of the smallest valid
-records, 10.3x for a gzip JSON array of them counting the inflated body itself.
-Without a bound, four such bodies in parallel took 3.3 GiB.
+`bench/body_memory.py --case shapes` prints the peak RSS growth per decoded byte of
+each shape of body (once, on SQLite: 2.9x for invalid records, 6.0x for valid NDJSON
+of usual records, 10.7x for NDJSON of the smallest valid records and 11.1x for a
+gzip JSON array of them, 13.3x for OTLP JSON, 31x for `[[],[],...]`), beside what
+this module charges it.
 
 So each request that reads a body holds a `Reservation` on its process's `Budget`,
 charged as the memory is taken:
@@ -36,8 +36,8 @@ from contextlib import contextmanager
 
 from service.ingest.body import BodyTooLarge
 
-# Bytes of memory that decoding takes per decoded byte, at most, for bodies of
-# records (the largest measured, 10.3x with the inflated body, rounded up).
+# Bytes of memory charged per decoded byte: with the body's own bytes (as sent, or as
+# inflated) 11x, what the heaviest records measured (the module docstring).
 DECODE_FACTOR = 10
 
 MiB = 1024 * 1024
@@ -148,18 +148,17 @@ def most_one_body_holds(max_body_bytes: int, max_decompressed_bytes: int) -> int
     return max(inflated, (1 + DECODE_FACTOR) * max_body_bytes)
 
 
-# What orjson and validation take, at most, per JSON separator of a text decoded into
-# Python values (measured, shapes of `bench/body_memory.py --dense`): a value after a
-# comma (an int in a list, 27-30 bytes); a container (`[[[]]]` elements, 96 bytes
-# each, with the validation's copies); a member after a colon (an object of
-# distinct keys, 194 bytes with the comma, pydantic copying it).
+# What orjson and validation take per JSON separator of a text decoded into Python
+# values, at most: a value after a comma, a container, a member after a colon. Chosen
+# so that the estimate stays above what dense JSON measures (`bench/body_memory.py
+# --case shapes` prints both) and at or under DECODE_FACTOR for records.
 _PER_COMMA, _PER_CONTAINER, _PER_COLON = 32, 96, 100
 
 
 def json_values_cost(text: bytes) -> int:
     """An upper estimate of the memory that decoding `text` as JSON into Python
-    values and validating them takes: JSON dense in separators (`[{},{},...]`) takes
-    up to 40 bytes a byte, four times `DECODE_FACTOR`. One pass per separator."""
+    values and validating them takes, from its separators: dense JSON (`[[],[],...]`)
+    takes several times `DECODE_FACTOR` a byte. One pass per separator."""
     containers = text.count(b"{") + text.count(b"[")
     return (
         _PER_COMMA * text.count(b",") + _PER_CONTAINER * containers + _PER_COLON * text.count(b":")

@@ -3,38 +3,18 @@
 either limit is accepted."""
 
 import gzip
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import orjson
-import psutil
 import pytest
 from sqlalchemy import create_engine, func, select
 
 from service.models import UsageRecord
 from tests.conftest import LiveServer, drop_database, fresh_database_url, make_live_server
+from tests.e2e.bodies import MAX_BODY, MAX_DECOMPRESSED, Memory, MiB, gzip_bomb, record_line
 
-MiB = 1024 * 1024
-MAX_BODY = 10 * MiB  # contract defaults (CACHEWATCH_MAX_BODY_BYTES and the 64 MiB)
-MAX_DECOMPRESSED = 64 * MiB
 MEMORY_BUDGET = 100 * MiB
-
-
-def record_line(i: int, prefix: str) -> bytes:
-    return orjson.dumps(
-        {
-            "request_id": f"{prefix}-{i:07d}",
-            "ts": 1_714_564_800_000 + i,  # epoch milliseconds
-            "service": "assistant",
-            "model": "m",
-            "prompt_tokens": 8192,
-            "cached_tokens": 4096,
-            "block_size": 512,
-            "block_hashes": list(range(i, i + 16)),
-        }
-    )
 
 
 def records_of_exact_size(size: int, prefix: str) -> tuple[bytes, int]:
@@ -63,36 +43,6 @@ def padded_records(size: int, count: int, prefix: str) -> bytes:
     body = b"".join(line + b" " * pad + b"\n" for line, pad in zip(lines, pads, strict=True))
     assert len(body) == size
     return body
-
-
-def gzip_bomb(inflated: int) -> bytes:
-    """A few hundred KiB of gzip that inflates to `inflated` bytes of spaces,
-    built piece by piece so the test itself never holds the inflated body."""
-    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    piece = b" " * MiB
-    parts = [compressor.compress(piece) for _ in range(inflated // MiB)]
-    parts.append(compressor.flush())
-    return b"".join(parts)
-
-
-class Memory:
-    """The server process's resident memory: now, and its peak (VmHWM), which also
-    catches a spike that was freed again before we looked."""
-
-    def __init__(self, pid: int) -> None:
-        self.process = psutil.Process(pid)
-        self.status = Path(f"/proc/{pid}/status")
-
-    def rss(self) -> int:
-        return int(self.process.memory_info().rss)
-
-    def peak(self) -> int:
-        if not self.status.exists():  # not Linux: the current RSS is all we have
-            return self.rss()
-        for line in self.status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-        return self.rss()
 
 
 @pytest.fixture
