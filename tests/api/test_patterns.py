@@ -9,11 +9,12 @@ import re
 from datetime import date, timedelta
 
 import pytest
+from fastapi import HTTPException
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from service.api.patterns import RFC3339, alternation, anchored, integer_range
-from service.api.routers.metrics import _bucket_pattern, _sizes_pattern
+from service.api.routers.metrics import _bucket_pattern, _sizes_pattern, parse_bucket, parse_sizes
 from service.api.schemas import CONTENT_ENCODING_PATTERN, TS_TEXT_PATTERN
 from service.ingest.body import UndecodableBody, decompress
 from service.ingest.timestamps import (
@@ -158,10 +159,6 @@ SIZES_RE = re.compile(_sizes_pattern())
 
 
 def bucket_accepted(text: str) -> bool:
-    from fastapi import HTTPException
-
-    from service.api.routers.metrics import parse_bucket
-
     try:
         parse_bucket(text, default_s=300)
     except HTTPException:
@@ -190,19 +187,8 @@ def test_bucket_examples() -> None:
 
 
 def sizes_accepted(text: str) -> bool:
-    from fastapi import HTTPException
-
-    from service.api.routers.metrics import MAX_SIZE_TOKENS, MAX_SIZES
-
-    if text == "":
-        return True
     try:
-        sizes = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        return False
-    try:
-        if not sizes or len(sizes) > MAX_SIZES or any(not 0 < s <= MAX_SIZE_TOKENS for s in sizes):
-            raise HTTPException(422)
+        parse_sizes(text)
     except HTTPException:
         return False
     return True

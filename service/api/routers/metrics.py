@@ -77,6 +77,20 @@ def parse_bucket(value: str | None, default_s: int) -> int:
     return seconds
 
 
+def parse_sizes(value: str | None) -> list[int]:
+    """`sizes`: comma-separated token counts (empty items skipped), 1 to MAX_SIZES of
+    them, each 1 to MAX_SIZE_TOKENS; none: DEFAULT_SIZES."""
+    if not value:
+        return DEFAULT_SIZES
+    try:
+        sizes = [int(s) for s in value.split(",") if s.strip()]
+    except ValueError:
+        raise HTTPException(422, "`sizes`: comma-separated token counts") from None
+    if not sizes or len(sizes) > MAX_SIZES or any(not 0 < s <= MAX_SIZE_TOKENS for s in sizes):
+        raise HTTPException(422, f"`sizes`: 1 to {MAX_SIZES} positive token counts")
+    return sizes
+
+
 @router.get(
     "/v1/metrics",
     dependencies=[ReadAuth, CaughtUp],
@@ -136,16 +150,7 @@ def get_capacity(
 ) -> dict[str, Any]:
     """Token hit rate of one LRU cache of each size, replaying the model's
     fingerprinted requests in order; `ceiling` is the unbounded cache."""
-    try:
-        size_list = [int(s) for s in sizes.split(",") if s.strip()] if sizes else DEFAULT_SIZES
-    except ValueError:
-        raise HTTPException(422, "`sizes`: comma-separated token counts") from None
-    if (
-        not size_list
-        or len(size_list) > MAX_SIZES
-        or any(not 0 < s <= MAX_SIZE_TOKENS for s in size_list)
-    ):
-        raise HTTPException(422, f"`sizes`: 1 to {MAX_SIZES} positive token counts")
+    size_list = parse_sizes(sizes)
     try:
         return capacity.capacity(
             session,
