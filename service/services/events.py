@@ -21,6 +21,12 @@ REQUIRED_BY_KIND: dict[str, tuple[str, str]] = {
 }
 
 
+def _whole(value: Any) -> Any:
+    """A whole-number double (`4.0`, as JavaScript writes every number) is the
+    integer JSON Schema says it is; strings, booleans and fractions stay refused."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 class EventIn(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -29,7 +35,7 @@ class EventIn(BaseModel):
     kind: EventKind
     model: Annotated[str, Field(min_length=1, max_length=200)] | None = None
     deploy: Annotated[str, Field(min_length=1, max_length=200)] | None = None
-    replicas: Annotated[StrictInt, Field(ge=0, le=1_000_000)] | None = None
+    replicas: Annotated[StrictInt, Field(ge=0, le=1_000_000), BeforeValidator(_whole)] | None = None
     description: Annotated[str, Field(max_length=4000)] | None = None
 
     @model_validator(mode="after")

@@ -128,3 +128,15 @@ def count_statements(app: FastAPI) -> list[str]:
     bind = app.state.sessionmaker.kw["bind"]
     event.listen(bind, "before_cursor_execute", lambda *args: statements.append(args[2]))
     return statements
+
+
+@pytest.mark.parametrize(("replicas", "status"), [(4.0, 200), (4.5, 422), ("4", 422), (True, 422)])
+def test_replicas_is_a_whole_number_as_json_schema_says(
+    client: TestClient, ingest_headers: dict[str, str], replicas: object, status: int
+) -> None:
+    """Before: 4.0 (an integer to JSON Schema, and how JavaScript writes 4) was a 422."""
+    event = {"ts": 1_764_399_600, "service": "s", "kind": "replicas", "replicas": replicas}
+    answer = client.post("/v1/events", json=event, headers=ingest_headers)
+    assert answer.status_code == status, answer.text
+    if status == 200:
+        assert answer.json()["replicas"] == 4

@@ -15,7 +15,7 @@ Adjustments, each because the contract says so:
 - A body sent with `Content-Encoding: gzip` is gzipped first, as every client that
   sends the header does; the schema cannot tie a header to the body's bytes.
 - OTLP protobuf bodies are drawn as real (small) messages: `format: binary` cannot
-  say which bytes parse. Whole floats for integers: see `whole_floats_as_ints`.
+  say which bytes parse.
 
 The dashboard's data requests (`/dashboard/data/*`) are not in the schema and not
 fuzzed here: they are the page's private protocol (Plotly payloads, changed with
@@ -144,19 +144,6 @@ for _media_type in ("application/x-protobuf", "application/protobuf"):
     schemathesis.openapi.media_type(_media_type, _protobuf_bodies())
 
 
-def whole_floats_as_ints(value: Any) -> Any:
-    """Schemathesis spells some JSON integers as whole floats (`3.0`, the same JSON
-    Schema integer); EventIn's StrictInt refuses them, and no schema keyword tells
-    the two apart. Known gap (not a schema one), sent as ints here."""
-    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
-        return int(value)
-    if isinstance(value, list):
-        return [whole_floats_as_ints(item) for item in value]
-    if isinstance(value, dict):
-        return {key: whole_floats_as_ints(item) for key, item in value.items()}
-    return value
-
-
 def needed_scope(case: Case) -> Scope | None:
     """The scope the operation's `security` requirement names; None when open."""
     requirements = case.operation.definition.raw.get("security", [])
@@ -207,8 +194,6 @@ def test_every_operation_with_every_scope(
 ) -> None:
     case.operation.app = app_under_test  # also reached by the checks' own probes
     needed = needed_scope(case)
-    if case.operation.path == "/v1/events" and not is_undeclared_method(case):
-        case.body = whole_floats_as_ints(case.body)
     kwargs = gzipped_body(case)
     if needed is None or (scope is not None and allows(scope, needed)):
         checks: list[Any] = list(CHECKS)
