@@ -6,6 +6,7 @@ of each epoch unit, odd digits), and some cases are spelled out."""
 
 import calendar
 import re
+from collections.abc import Callable
 from datetime import date, timedelta
 
 import pytest
@@ -29,15 +30,17 @@ RFC3339_RE = re.compile(anchored(RFC3339))
 TS_TEXT_RE = re.compile(TS_TEXT_PATTERN)
 
 
-def accepted(parse: object, text: str) -> bool:
+def accepted(parse: Callable[[str], object], text: str) -> bool:
+    """Whether the parser takes `text`: the time parsers refuse with ValueError, the
+    routes' parsers with a 422."""
     try:
-        parse(text)  # type: ignore[operator]
-    except ValueError:
+        parse(text)
+    except (ValueError, HTTPException):
         return False
     return True
 
 
-def agree(pattern: re.Pattern[str], parse: object, text: str) -> None:
+def agree(pattern: re.Pattern[str], parse: Callable[[str], object], text: str) -> None:
     assert bool(pattern.fullmatch(text)) == accepted(parse, text), text
 
 
@@ -159,11 +162,7 @@ SIZES_RE = re.compile(_sizes_pattern())
 
 
 def bucket_accepted(text: str) -> bool:
-    try:
-        parse_bucket(text, default_s=300)
-    except HTTPException:
-        return False
-    return True
+    return accepted(lambda t: parse_bucket(t, default_s=300), text)
 
 
 @settings(max_examples=5000, deadline=None)
@@ -187,11 +186,7 @@ def test_bucket_examples() -> None:
 
 
 def sizes_accepted(text: str) -> bool:
-    try:
-        parse_sizes(text)
-    except HTTPException:
-        return False
-    return True
+    return accepted(parse_sizes, text)
 
 
 @settings(max_examples=3000, deadline=None)
