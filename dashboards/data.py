@@ -15,12 +15,12 @@ from dashboards.capacity_figure import Budget, capacity_figure
 from dashboards.filters import RawFilters, View, format_duration, resolve
 from dashboards.markers import Markers, markers_from
 from service.analytics.capacity import capacity_curve
+from service.analytics.definitions import REWARM_COLUMNS, ratios
 from service.ingest.timestamps import us_to_rfc3339
 from service.models import Regression
-from service.rollups.aggregate import CAUSES
 from service.services.events import event_to_json
 from service.services.regressions import regression_to_json
-from service.services.series import SeriesQuery, ratio, series
+from service.services.series import SeriesQuery, series
 from service.settings import Settings
 
 CAPACITY_SIZES = tuple(16384 * 4**i for i in range(6))  # 16Ki .. 16Mi tokens
@@ -66,10 +66,8 @@ def headline_values(sums: dict[str, int]) -> dict[str, Any]:
     """The headline numbers from range sums, with the contract's definitions."""
     return {
         "requests": sums["requests"],
-        "hit_rate": ratio(sums["cached_tokens"], sums["prompt_tokens"]),
-        "cacheable_fraction": ratio(sums["cacheable_tokens"], sums["fp_prompt_tokens"]),
-        "capture_ratio": ratio(sums["fp_cached_tokens"], sums["cacheable_tokens"]),
-        "rewarms": sum(sums[f"rewarms_{c}"] for c in CAUSES),
+        **ratios(sums, ("hit_rate", "cacheable_fraction", "capture_ratio")),
+        "rewarms": sum(sums[c] for c in REWARM_COLUMNS),
     }
 
 
@@ -287,15 +285,23 @@ def _key_hex(key: int) -> str:
 
 
 def prefix_row(row: dict[str, Any]) -> dict[str, Any]:
+    """One row of the top-prefixes table. Every request of a prefix row is
+    fingerprinted (it has a first key), so its prompt tokens are also the
+    fingerprinted prompt tokens the ceiling divides by."""
     prompt = int(row["prompt_tokens"] or 0)
+    sums = {
+        "prompt_tokens": prompt,
+        "fp_prompt_tokens": prompt,
+        "cached_tokens": int(row["cached_tokens"] or 0),
+        "cacheable_tokens": int(row["cacheable_tokens"] or 0),
+    }
     return {
         "prefix": _key_hex(int(row["first_key"])),
         "service": row["service"],
         "model": row["model"],
         "requests": int(row["requests"] or 0),
         "prompt_tokens": prompt,
-        "hit_rate": ratio(int(row["cached_tokens"] or 0), prompt),
-        "cacheable_fraction": ratio(int(row["cacheable_tokens"] or 0), prompt),
+        **ratios(sums, ("hit_rate", "cacheable_fraction")),
         "replicas": int(row["replicas"] or 0),
         "rewarms": int(row["rewarms"] or 0),
         "rewarm_tokens": int(row["rewarm_tokens"] or 0),

@@ -12,21 +12,7 @@ as prefixes repeated across buckets count once per bucket)."""
 from collections.abc import Sequence
 from typing import Any
 
-from service.services.series import ratio
-
-_SUMMED = (
-    "requests",
-    "prompt_tokens",
-    "cached_tokens",
-    "fingerprinted_requests",
-    "fingerprinted_prompt_tokens",
-    "cacheable_tokens",
-    "rewarm_tokens",
-    "history_rewrites",
-    "session_requests",
-    "hits",
-    "misses",
-)
+from service.services.series import contract_sums, metric_values
 
 
 def _weighted(pairs: Sequence[tuple[float | None, float]]) -> float | None:
@@ -35,27 +21,8 @@ def _weighted(pairs: Sequence[tuple[float | None, float]]) -> float | None:
     return sum(v * w for v, w in known) / total if total else None
 
 
-def _merge(group: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {"ts": group[0]["ts"]}
-    for name in _SUMMED:
-        out[name] = sum(b.get(name) or 0 for b in group)
-    fp_cached = sum((b.get("capture_ratio") or 0) * (b.get("cacheable_tokens") or 0) for b in group)
-    out["hit_rate"] = ratio(out["cached_tokens"], out["prompt_tokens"])
-    out["cacheable_fraction"] = ratio(out["cacheable_tokens"], out["fingerprinted_prompt_tokens"])
-    out["capture_ratio"] = ratio(fp_cached, out["cacheable_tokens"])
-    out["rewarm_share"] = ratio(out["rewarm_tokens"], out["prompt_tokens"])
-    out["rewarms"] = {
-        key: sum((b.get("rewarms") or {}).get(key, 0) for b in group)
-        for key in ("total", "concurrent", "routing", "eviction", "unknown")
-    }
-    out["rewarm_tokens_by_cause"] = {
-        key: sum((b.get("rewarm_tokens_by_cause") or {}).get(key, 0) for b in group)
-        for key in ("concurrent", "routing", "eviction", "unknown")
-    }
-    out["unique_prefix_ratio"] = _weighted(
-        [(b.get("unique_prefix_ratio"), b.get("fingerprinted_requests") or 0) for b in group]
-    )
-    out["replicas"] = max(b.get("replicas") or 0 for b in group)
+def _ttft(group: Sequence[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """p50: the mean weighted by hits (or misses); p95: the maximum."""
     ttft: dict[str, dict[str, float | None]] = {}
     for outcome, weight in (("hit", "hits"), ("miss", "misses")):
         parts = [((b.get("ttft_ms") or {}).get(outcome) or {}, b.get(weight) or 0) for b in group]
@@ -64,8 +31,20 @@ def _merge(group: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "p50": _weighted([(p.get("p50"), w) for p, w in parts]),
             "p95": max(p95s) if p95s else None,
         }
-    out["ttft_ms"] = ttft
-    return out
+    return ttft
+
+
+def _merge(group: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Consecutive buckets as one: their sums added, the figures taken again from
+    them by the read API's own `metric_values`."""
+    sums: dict[str, float] = {}
+    for bucket in group:
+        for name, value in contract_sums(bucket).items():
+            sums[name] = sums.get(name, 0) + value
+    distinct = sums.pop("distinct_prefixes")
+    replicas = max(b.get("replicas") or 0 for b in group)
+    merged = metric_values(sums, replicas, distinct, _ttft(group))
+    return {"ts": group[0]["ts"], **merged}
 
 
 def merge_buckets(buckets: Sequence[dict[str, Any]], max_points: int) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from dashboards.plotting import (
     right_axis,
     rounded,
 )
+from service.analytics.definitions import CAUSES
 
 Buckets = list[dict[str, Any]]
 
@@ -79,7 +80,7 @@ def rewarms_figure(metrics: dict[str, Any], markers: Markers = Markers()) -> go.
     """Rewarms per bucket stacked by cause, and rewarm tokens on the right axis."""
 
     def draw(figure: go.Figure, buckets: Buckets, xs: list[str]) -> None:
-        for cause in ("concurrent", "routing", "eviction", "unknown"):
+        for cause in CAUSES:
             figure.add_trace(
                 go.Bar(
                     x=xs,

@@ -11,12 +11,12 @@ from sqlalchemy import Select, case, func, select, union_all
 from sqlalchemy.orm import Session
 
 from service import repository
+from service.analytics.definitions import CAUSES
 from service.models import Alert, ChangeEvent, Regression
 from service.repository import detection as detection_queries
 from service.repository import series as chart_queries
 from service.repository.series import PREFIX_SUMS
 from service.rollups import chart
-from service.rollups.aggregate import CAUSES
 from service.services.analytics_pass import PREFIX_GRAINS_S
 from service.services.series import plan
 

@@ -14,10 +14,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import Table, event, func, select
+from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from service.models import Alert, Rollup
+from service.analytics.definitions import ratios
+from service.repository import telemetry as telemetry_repo
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 RECORDS = Counter(
@@ -62,7 +63,6 @@ def count_detection_run() -> None:
     DETECTION_RUNS.inc()
 
 
-ROLLUPS: Table = Rollup.__table__  # type: ignore[assignment]
 WINDOW_S = 3600
 
 
@@ -74,34 +74,6 @@ class RollupGauges(Collector):
     def __init__(self, session: Session, now_us: int | None = None) -> None:
         self._session = session
         self._now_us = now_us if now_us is not None else time.time_ns() // 1000
-
-    def _rows(self) -> list[tuple[Any, ...]]:
-        since = self._now_us - WINDOW_S * 1_000_000
-        c = ROLLUPS.c
-        # Services first from the hourly rows, then one indexed range read each
-        # (grain, service, bucket): no scan of every minute row of the retention.
-        services = self._session.scalars(
-            select(c.service)
-            .where(c.grain_s == 3600, c.bucket_us >= since - WINDOW_S * 1_000_000)
-            .distinct()
-        ).all()
-        sums = [
-            func.sum(c.requests),
-            func.sum(c.prompt_tokens),
-            func.sum(c.cached_tokens),
-            func.sum(c.fp_prompt_tokens),
-            func.sum(c.cacheable_tokens),
-        ]
-        rows: list[tuple[Any, ...]] = []
-        for service in sorted(services):
-            query = (
-                select(c.service, c.model, *sums)
-                .where(c.grain_s == 60, c.service == service, c.bucket_us >= since)
-                .group_by(c.service, c.model)
-                .order_by(c.model)
-            )
-            rows.extend(tuple(r) for r in self._session.execute(query).all())
-        return rows
 
     def collect(self) -> Iterator[Metric]:
         labels = ["service", "model"]
@@ -119,13 +91,15 @@ class RollupGauges(Collector):
         requests = GaugeMetricFamily(
             "cachewatch_requests_last_hour", "Usage records over the last hour.", labels=labels
         )
-        for service, model, n, prompt, cached, fp_prompt, cacheable_tokens in self._rows():
-            key = [str(service), str(model)]
-            requests.add_metric(key, float(n or 0))
-            if prompt:
-                hit_rate.add_metric(key, float(cached or 0) / float(prompt))
-            if fp_prompt:
-                cacheable.add_metric(key, float(cacheable_tokens or 0) / float(fp_prompt))
+        since_us = self._now_us - WINDOW_S * 1_000_000
+        for row in telemetry_repo.last_hour_sums(self._session, since_us, WINDOW_S):
+            key = [row["service"], row["model"]]
+            requests.add_metric(key, float(row["requests"]))
+            figures = ratios(row, ("hit_rate", "cacheable_fraction"))
+            for gauge, value in ((hit_rate, figures["hit_rate"]),
+                                 (cacheable, figures["cacheable_fraction"])):  # fmt: skip
+                if value is not None:
+                    gauge.add_metric(key, value)
         yield from (hit_rate, cacheable, requests)
 
 
@@ -138,13 +112,6 @@ class AlertMetrics(Collector):
         self._session = session
 
     def collect(self) -> Iterator[Metric]:
-        query = (
-            select(
-                Alert.kind, Alert.state, func.count(), func.coalesce(func.sum(Alert.attempts), 0)
-            )
-            .group_by(Alert.kind, Alert.state)
-            .order_by(Alert.kind, Alert.state)
-        )
         alerts = GaugeMetricFamily(
             "cachewatch_alerts",
             "Slack alerts by kind (opened, resolved) and state (pending, sending, sent, "
@@ -157,7 +124,7 @@ class AlertMetrics(Collector):
             labels=["kind"],
         )
         per_kind: dict[str, float] = {}
-        for kind, state, n, tries in self._session.execute(query).all():
+        for kind, state, n, tries in telemetry_repo.alert_counts(self._session):
             alerts.add_metric([str(kind), str(state)], float(n))
             per_kind[str(kind)] = per_kind.get(str(kind), 0.0) + float(tries)
         for name, total in sorted(per_kind.items()):

@@ -49,6 +49,7 @@ from service.analytics._arrays import (
     window_us,
     within,
 )
+from service.analytics.definitions import CAUSES, is_hit
 from service.analytics.sessions import session_history
 from service.analytics.state import (
     ENTRY_SCHEMA,
@@ -61,8 +62,12 @@ from service.analytics.state import (
 #: Rewarms below this many tokens are caching granularity, not a lost prefix.
 REWARM_MIN_TOKENS = 128
 
-CAUSES = ("concurrent", "routing", "eviction", "unknown")
-_CONCURRENT, _ROUTING, _EVICTION, _UNKNOWN = 1, 2, 3, 4
+#: Each cause as a small integer in the arrays (0: no rewarm), by its place in CAUSES.
+_CODES = {name: i + 1 for i, name in enumerate(CAUSES)}
+_CONCURRENT = _CODES["concurrent"]
+_ROUTING = _CODES["routing"]
+_EVICTION = _CODES["eviction"]
+_UNKNOWN = _CODES["unknown"]
 
 INPUT_SCHEMA: dict[str, pl.DataType] = {
     "id": pl.Int64(),
@@ -158,7 +163,7 @@ def compute_request_metrics(
         ints(req["prefix_key"]),
     )
     cause = pl.Series("rewarm_cause", reuse.cause).replace_strict(
-        {i + 1: name for i, name in enumerate(CAUSES)}, default=None, return_dtype=pl.String
+        {code: name for name, code in _CODES.items()}, default=None, return_dtype=pl.String
     )
     results = pl.DataFrame(
         {
@@ -172,8 +177,7 @@ def compute_request_metrics(
             "rewarm_cause": cause,
             "history_rewrite": rewrite,
             "is_opening": opening,
-            # cached >= prompt / 2, in integers.
-            "is_hit": 2 * cached >= prompt,
+            "is_hit": is_hit(cached, prompt),
             "first_key": first_key,
             "first_key_is_prefix": ~has_blocks & has_prefix,
         }

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from service.rollups.aggregate import CAUSES, SUM_COLUMNS
+from service.analytics.definitions import CAUSES, RATIOS, SUM_COLUMNS, ratios
 
 I64 = npt.NDArray[np.int64]
 
@@ -30,7 +30,10 @@ class Series:
 
     @property
     def hit_rate(self) -> npt.NDArray[np.float64]:
-        return self.sums["cached_tokens"] / np.maximum(self.sums["prompt_tokens"], 1)
+        """RATIOS["hit_rate"] per bucket (0 where a bucket has no prompt tokens;
+        `build_series` keeps none)."""
+        hit_rate = RATIOS["hit_rate"]
+        return self.sums[hit_rate.numerator] / np.maximum(self.sums[hit_rate.denominator], 1)
 
     @property
     def weight(self) -> npt.NDArray[np.float64]:
@@ -91,24 +94,18 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def _ratio(numerator: int, denominator: int) -> float | None:
-    return numerator / denominator if denominator else None
-
-
 def stretch(series: Series, start: int, end: int) -> Stretch:
     total = {name: int(values[start:end].sum()) for name, values in series.sums.items()}
+    total["distinct_prefixes"] = int(series.distinct_prefixes[start:end].sum())
+    figures = ratios(total)
     replicas = series.replicas[start:end]
     return Stretch(
-        hit_rate=_ratio(total["cached_tokens"], total["prompt_tokens"]) or 0.0,
-        cacheable_fraction=_ratio(total["cacheable_tokens"], total["fp_prompt_tokens"]),
-        rewarm_share=_ratio(total["rewarm_tokens"], total["prompt_tokens"]) or 0.0,
-        unique_prefix_ratio=_ratio(
-            int(series.distinct_prefixes[start:end].sum()), total["fp_requests"]
-        ),
-        history_rewrite_share=_ratio(total["history_rewrites"], total["session_requests"]),
-        opening_cacheable_fraction=_ratio(
-            total["opening_cacheable_tokens"], total["opening_fp_prompt_tokens"]
-        ),
+        hit_rate=figures["hit_rate"] or 0.0,
+        cacheable_fraction=figures["cacheable_fraction"],
+        rewarm_share=figures["rewarm_share"] or 0.0,
+        unique_prefix_ratio=figures["unique_prefix_ratio"],
+        history_rewrite_share=figures["history_rewrite_share"],
+        opening_cacheable_fraction=figures["opening_cacheable_fraction"],
         rewarm_tokens={c: total[f"rewarm_tokens_{c}"] for c in CAUSES},
         # The typical number serving (median over buckets), not a max a blip could set.
         replicas=int(np.median(replicas)) if len(replicas) else 0,

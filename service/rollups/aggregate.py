@@ -7,44 +7,11 @@ session_continuation, opening, is_hit, first_key."""
 
 import polars as pl
 
+from service.analytics.definitions import SUM_COLUMNS, SUMS
 from service.rollups import histogram
 
 ROLLUP_KEYS = ["grain_s", "bucket_us", "service", "model", "deploy", "replica"]
 PREFIX_KEYS = ["grain_s", "bucket_us", "service", "model", "first_key", "replica"]
-CAUSES = ("concurrent", "routing", "eviction", "unknown")
-
-_fp = pl.col("fingerprinted")
-
-
-def _sum_when(condition: pl.Expr, value: pl.Expr | int = 1) -> pl.Expr:
-    value_expr = pl.lit(value) if isinstance(value, int) else value
-    return pl.when(condition).then(value_expr).otherwise(0).sum().cast(pl.Int64)
-
-
-_SUMS: list[pl.Expr] = [
-    pl.len().cast(pl.Int64).alias("requests"),
-    pl.col("prompt_tokens").sum().cast(pl.Int64),
-    pl.col("cached_tokens").sum().cast(pl.Int64),
-    _sum_when(_fp).alias("fp_requests"),
-    _sum_when(_fp, pl.col("prompt_tokens")).alias("fp_prompt_tokens"),
-    _sum_when(_fp, pl.col("cached_tokens")).alias("fp_cached_tokens"),
-    pl.col("cacheable_tokens").sum().cast(pl.Int64),
-    pl.col("rewarm_tokens").sum().cast(pl.Int64),
-    *[_sum_when(pl.col("rewarm_cause") == c).alias(f"rewarms_{c}") for c in CAUSES],
-    *[
-        _sum_when(pl.col("rewarm_cause") == c, pl.col("rewarm_tokens")).alias(f"rewarm_tokens_{c}")
-        for c in CAUSES
-    ],
-    _sum_when(pl.col("session_continuation")).alias("session_requests"),
-    _sum_when(pl.col("history_rewrite")).alias("history_rewrites"),
-    _sum_when(_fp & pl.col("opening"), pl.col("prompt_tokens")).alias("opening_fp_prompt_tokens"),
-    _sum_when(_fp & pl.col("opening"), pl.col("cacheable_tokens")).alias(
-        "opening_cacheable_tokens"
-    ),
-    _sum_when(pl.col("is_hit")).alias("hits"),
-    _sum_when(~pl.col("is_hit")).alias("misses"),
-]
-SUM_COLUMNS = [e.meta.output_name() for e in _SUMS]
 
 
 def join_results(records: pl.DataFrame, results: pl.DataFrame) -> pl.DataFrame:
@@ -75,7 +42,7 @@ def _bucketed(frame: pl.DataFrame, grain_s: int) -> pl.DataFrame:
 
 
 def rollup_sums(frame: pl.DataFrame, grain_s: int) -> pl.DataFrame:
-    return _bucketed(frame, grain_s).group_by(ROLLUP_KEYS).agg(_SUMS)
+    return _bucketed(frame, grain_s).group_by(ROLLUP_KEYS).agg(SUMS)
 
 
 def ttft_counts(frame: pl.DataFrame, grain_s: int) -> pl.DataFrame:

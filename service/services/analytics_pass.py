@@ -20,6 +20,7 @@ import polars as pl
 from sqlalchemy.orm import Session
 
 from service import repository
+from service.analytics.definitions import SUM_COLUMNS
 from service.analytics.requests import compute_request_metrics
 from service.analytics.state import UNBOUNDED_US, RecomputePlan, ReuseState
 from service.repository import retention as retention_queries
@@ -159,7 +160,7 @@ def _add_to_rollups(
         sums = pl.concat(
             [
                 aggregate.rollup_sums(joined, grain),
-                existing.select(aggregate.ROLLUP_KEYS + aggregate.SUM_COLUMNS),
+                existing.select([*aggregate.ROLLUP_KEYS, *SUM_COLUMNS]),
             ],
             how="diagonal_relaxed",
         )

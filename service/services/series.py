@@ -18,7 +18,7 @@ absent), re-bucketed to `bucket_s` buckets aligned to the epoch; no bound means
 all data."""
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -27,10 +27,10 @@ import numpy as np
 import polars as pl
 from sqlalchemy.orm import Session
 
-from service.repository import series as queries
+from service.analytics.definitions import CAUSES, SUM_COLUMNS, ratio_expr, ratios
+from service.repository import series as series_repo
 from service.repository.series import Segment
 from service.rollups import chart
-from service.rollups.aggregate import CAUSES, SUM_COLUMNS
 
 MINUTE_US = 60 * 1_000_000
 Percentiles = dict[str, float | None]
@@ -99,7 +99,7 @@ def series(session: Session, query: SeriesQuery) -> SeriesAnswer:
     level, service, model = chart.scope_key(query.service, query.model)
     low = None if query.from_us is None else _ceil_minute(query.from_us)
     high = None if query.to_us is None else _ceil_minute(query.to_us)
-    extent = queries.chart_extent(session, level, service, model, low, high)
+    extent = series_repo.chart_extent(session, level, service, model, low, high)
     if extent is None:
         return SeriesAnswer([], metric_values(dict.fromkeys(SUM_COLUMNS, 0), 0, 0, {}), (), 0)
     bucket_us = query.bucket_s * 1_000_000
@@ -114,14 +114,14 @@ def series(session: Session, query: SeriesQuery) -> SeriesAnswer:
     grains = tuple(sorted({s.grain_s for s in segments}, reverse=True))
     scope = (session, level, service, model)
     if grains != (query.bucket_s,):
-        rows = queries.fetch_series_rows(*scope, segments)
+        rows = series_repo.fetch_series_rows(*scope, segments)
         with _no_gc():
             buckets, totals = summarize(rows, bucket_us), _totals(rows)
         return SeriesAnswer(buckets, totals, grains, rows.height)
     # Each bucket is one stored row: its own percentiles and counts are read, and
     # only the totals merge histograms and sets, of the coarsest rows of the range.
-    rows = queries.fetch_series_rows(*scope, segments, queries.ROW_COLUMNS)
-    coarse = queries.fetch_series_rows(*scope, plan(lo, hi, 86_400))
+    rows = series_repo.fetch_series_rows(*scope, segments, series_repo.ROW_COLUMNS)
+    coarse = series_repo.fetch_series_rows(*scope, plan(lo, hi, 86_400))
     with _no_gc():
         buckets, totals = single_row_buckets(rows), _totals(coarse)
     return SeriesAnswer(buckets, totals, grains, rows.height + coarse.height)
@@ -143,7 +143,7 @@ def _check_bucket_count(
     bucket_us = bucket_s * 1_000_000
     if extent[1] // bucket_us - extent[0] // bucket_us + 1 <= MAX_BUCKETS:
         return
-    filled = queries.count_buckets_with_data(
+    filled = series_repo.count_buckets_with_data(
         session, level, service, model, segments, bucket_us, MAX_BUCKETS + 1
     )
     if filled > MAX_BUCKETS:
@@ -167,22 +167,19 @@ def summarize(rows: pl.DataFrame, bucket_us: int) -> list[dict[str, Any]]:
     n = len(outs)
     group = np.searchsorted(outs, rows["out"].to_numpy()).astype(np.int64)
     ttft = {o: _percentiles(rows[f"ttft_{o}"], group, n) for o in ("hit", "miss")}
-    columns = _bucket_columns(
+    merged = _bucket_rows(
         sums.with_columns(
             pl.Series("replicas", _distinct_replicas(rows["replicas"], group, n)),
             pl.Series("distinct_prefixes", _distinct_keys(rows["first_keys"], group, n)),
         )
     )
-    return [
-        _bucket(values, ttft["hit"][i], ttft["miss"][i])
-        for i, values in enumerate(zip(*columns.values(), strict=True))
-    ]
+    return [_bucket(row, ttft["hit"][i], ttft["miss"][i]) for i, row in enumerate(merged)]
 
 
 def single_row_buckets(rows: pl.DataFrame) -> list[dict[str, Any]]:
     """Chart rows (ROW_COLUMNS), one per bucket, as buckets."""
     rows = rows.sort("bucket_us")
-    columns = _bucket_columns(
+    merged = _bucket_rows(
         rows.rename(
             {"bucket_us": "out", "replica_count": "replicas", "prefix_count": "distinct_prefixes"}
         )
@@ -196,10 +193,7 @@ def single_row_buckets(rows: pl.DataFrame) -> list[dict[str, Any]]:
         ]
         for o in ("hit", "miss")
     }
-    return [
-        _bucket(values, ttft["hit"][i], ttft["miss"][i])
-        for i, values in enumerate(zip(*columns.values(), strict=True))
-    ]
+    return [_bucket(row, ttft["hit"][i], ttft["miss"][i]) for i, row in enumerate(merged)]
 
 
 def _totals(rows: pl.DataFrame) -> dict[str, Any]:
@@ -230,93 +224,87 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _ratio_expr(numerator: str, denominator: str) -> pl.Expr:
-    """As `ratio`: IEEE division of the two sums (exact integers below 2**53, as
-    Python's int / int), None when the denominator is 0."""
-    den = pl.col(denominator)
-    return pl.when(den != 0).then(pl.col(numerator) / den).otherwise(None)
+#: The ratios a bucket (and the totals) answers, by their RATIOS names.
+_RATIOS = ("hit_rate", "cacheable_fraction", "capture_ratio", "rewarm_share", "unique_prefix_ratio")
 
 
-_BUCKET_FIELDS = (
-    "ts",
-    "requests",
-    "prompt_tokens",
-    "cached_tokens",
-    "hit_rate",
-    "fp_requests",
-    "fp_prompt_tokens",
-    "cacheable_tokens",
-    "cacheable_fraction",
-    "capture_ratio",
-    "rewarms_total",
-    *[f"rewarms_{c}" for c in CAUSES],
-    "rewarm_tokens",
-    *[f"rewarm_tokens_{c}" for c in CAUSES],
-    "rewarm_share",
-    "history_rewrites",
-    "session_requests",
-    "unique_prefix_ratio",
-    "hits",
-    "misses",
-    "replicas",
-)
-
-
-def _bucket_columns(sums: pl.DataFrame) -> dict[str, list[Any]]:
-    frame = sums.with_columns(
+def _bucket_rows(sums: pl.DataFrame) -> list[dict[str, Any]]:
+    """Merged rows (sums per `out` bucket, `replicas`, `distinct_prefixes`) with
+    their time and ratios, computed for all buckets at once, as one dict each."""
+    return sums.with_columns(
         pl.from_epoch("out", "us").dt.strftime("%Y-%m-%dT%H:%M:%SZ").alias("ts"),
-        _ratio_expr("cached_tokens", "prompt_tokens").alias("hit_rate"),
-        _ratio_expr("cacheable_tokens", "fp_prompt_tokens").alias("cacheable_fraction"),
-        _ratio_expr("fp_cached_tokens", "cacheable_tokens").alias("capture_ratio"),
-        _ratio_expr("rewarm_tokens", "prompt_tokens").alias("rewarm_share"),
-        _ratio_expr("distinct_prefixes", "fp_requests").alias("unique_prefix_ratio"),
-        pl.sum_horizontal(*[f"rewarms_{c}" for c in CAUSES]).alias("rewarms_total"),
-    )
-    return {name: frame[name].to_list() for name in _BUCKET_FIELDS}
+        *[ratio_expr(name) for name in _RATIOS],
+    ).to_dicts()
 
 
 _EMPTY: Percentiles = {"p50": None, "p95": None}
 
 
 def _bucket(
-    v: tuple[Any, ...], hit: "Percentiles | None", miss: "Percentiles | None"
+    row: dict[str, Any], hit: "Percentiles | None", miss: "Percentiles | None"
 ) -> dict[str, Any]:
-    """One bucket from a row of `_bucket_columns` (in `_BUCKET_FIELDS` order), in
-    the shape of `metric_values`."""
+    """One bucket from a row of `_bucket_rows`: its time, then `contract_values`."""
+    return {"ts": row["ts"], **contract_values(row, hit, miss)}
+
+
+def contract_values(
+    v: Mapping[str, Any], hit: "Percentiles | None", miss: "Percentiles | None"
+) -> dict[str, Any]:
+    """A bucket's (or the totals') figures in the contract's shape (section 6), from
+    the sums by their stored names (`SUM_COLUMNS`), the `_RATIOS` already taken,
+    `replicas`, and the TTFT percentiles of hits and misses (None: no TTFT)."""
+    rewarms = {c: v[f"rewarms_{c}"] for c in CAUSES}
     return {
-        "ts": v[0],
-        "requests": v[1],
-        "prompt_tokens": v[2],
-        "cached_tokens": v[3],
-        "hit_rate": v[4],
-        "fingerprinted_requests": v[5],
-        "fingerprinted_prompt_tokens": v[6],
-        "cacheable_tokens": v[7],
-        "cacheable_fraction": v[8],
-        "capture_ratio": v[9],
-        "rewarms": {
-            "total": v[10],
-            "concurrent": v[11],
-            "routing": v[12],
-            "eviction": v[13],
-            "unknown": v[14],
-        },
-        "rewarm_tokens": v[15],
-        "rewarm_tokens_by_cause": {
-            "concurrent": v[16],
-            "routing": v[17],
-            "eviction": v[18],
-            "unknown": v[19],
-        },
-        "rewarm_share": v[20],
-        "history_rewrites": v[21],
-        "session_requests": v[22],
-        "unique_prefix_ratio": v[23],
-        "hits": v[24],
-        "misses": v[25],
+        "requests": v["requests"],
+        "prompt_tokens": v["prompt_tokens"],
+        "cached_tokens": v["cached_tokens"],
+        "hit_rate": v["hit_rate"],
+        "fingerprinted_requests": v["fp_requests"],
+        "fingerprinted_prompt_tokens": v["fp_prompt_tokens"],
+        "cacheable_tokens": v["cacheable_tokens"],
+        "cacheable_fraction": v["cacheable_fraction"],
+        "capture_ratio": v["capture_ratio"],
+        "rewarms": {"total": sum(rewarms.values()), **rewarms},
+        "rewarm_tokens": v["rewarm_tokens"],
+        "rewarm_tokens_by_cause": {c: v[f"rewarm_tokens_{c}"] for c in CAUSES},
+        "rewarm_share": v["rewarm_share"],
+        "history_rewrites": v["history_rewrites"],
+        "session_requests": v["session_requests"],
+        "unique_prefix_ratio": v["unique_prefix_ratio"],
+        "hits": v["hits"],
+        "misses": v["misses"],
         "ttft_ms": {"hit": hit or dict(_EMPTY), "miss": miss or dict(_EMPTY)},
-        "replicas": v[26],
+        "replicas": v["replicas"],
     }
+
+
+def contract_sums(bucket: Mapping[str, Any]) -> dict[str, float]:
+    """The sums (by stored name, with `distinct_prefixes`) back from a bucket in the
+    contract's shape: what `contract_values` needs to answer several buckets as one.
+    Two are not in the shape and come back from their ratios: `fp_cached_tokens`
+    (capture ratio x cacheable tokens, exact up to float rounding) and
+    `distinct_prefixes` (unique prefix ratio x fingerprinted requests: prefixes seen
+    in several buckets count once per bucket, so their sum is an upper bound)."""
+    rewarms = bucket.get("rewarms") or {}
+    by_cause = bucket.get("rewarm_tokens_by_cause") or {}
+    sums: dict[str, float] = {
+        "requests": bucket.get("requests") or 0,
+        "prompt_tokens": bucket.get("prompt_tokens") or 0,
+        "cached_tokens": bucket.get("cached_tokens") or 0,
+        "fp_requests": bucket.get("fingerprinted_requests") or 0,
+        "fp_prompt_tokens": bucket.get("fingerprinted_prompt_tokens") or 0,
+        "cacheable_tokens": bucket.get("cacheable_tokens") or 0,
+        "rewarm_tokens": bucket.get("rewarm_tokens") or 0,
+        "history_rewrites": bucket.get("history_rewrites") or 0,
+        "session_requests": bucket.get("session_requests") or 0,
+        "hits": bucket.get("hits") or 0,
+        "misses": bucket.get("misses") or 0,
+        **{f"rewarms_{c}": rewarms.get(c, 0) for c in CAUSES},
+        **{f"rewarm_tokens_{c}": by_cause.get(c, 0) for c in CAUSES},
+    }
+    sums["fp_cached_tokens"] = (bucket.get("capture_ratio") or 0) * sums["cacheable_tokens"]
+    sums["distinct_prefixes"] = (bucket.get("unique_prefix_ratio") or 0) * sums["fp_requests"]
+    return sums
 
 
 def _percentiles(blobs: pl.Series, group: np.ndarray, n: int) -> list[Percentiles | None]:
@@ -352,37 +340,11 @@ def _distinct_per_group(member_group: np.ndarray, members: pl.Series, n: int) ->
     return per_group
 
 
-def ratio(numerator: float, denominator: float) -> float | None:
-    """numerator / denominator, None when the denominator is 0 (nothing to divide)."""
-    return numerator / denominator if denominator else None
-
-
 def metric_values(
-    sums: dict[str, Any], replicas: int, distinct_prefixes: int, ttft: dict[str, Any]
+    sums: Mapping[str, Any], replicas: int, distinct_prefixes: float, ttft: dict[str, Any]
 ) -> dict[str, Any]:
     """One bucket (or the totals) in the contract's shape: every ratio from summed
     numerators and denominators, never an average of ratios."""
-    rewarms = {cause: int(sums[f"rewarms_{cause}"]) for cause in CAUSES}
-    empty = {"p50": None, "p95": None}
-    return {
-        "requests": sums["requests"],
-        "prompt_tokens": sums["prompt_tokens"],
-        "cached_tokens": sums["cached_tokens"],
-        "hit_rate": ratio(sums["cached_tokens"], sums["prompt_tokens"]),
-        "fingerprinted_requests": sums["fp_requests"],
-        "fingerprinted_prompt_tokens": sums["fp_prompt_tokens"],
-        "cacheable_tokens": sums["cacheable_tokens"],
-        "cacheable_fraction": ratio(sums["cacheable_tokens"], sums["fp_prompt_tokens"]),
-        "capture_ratio": ratio(sums["fp_cached_tokens"], sums["cacheable_tokens"]),
-        "rewarms": {"total": sum(rewarms.values()), **rewarms},
-        "rewarm_tokens": sums["rewarm_tokens"],
-        "rewarm_tokens_by_cause": {c: int(sums[f"rewarm_tokens_{c}"]) for c in CAUSES},
-        "rewarm_share": ratio(sums["rewarm_tokens"], sums["prompt_tokens"]),
-        "history_rewrites": sums["history_rewrites"],
-        "session_requests": sums["session_requests"],
-        "unique_prefix_ratio": ratio(distinct_prefixes, sums["fp_requests"]),
-        "hits": sums["hits"],
-        "misses": sums["misses"],
-        "ttft_ms": {"hit": ttft.get("hit", empty), "miss": ttft.get("miss", empty)},
-        "replicas": replicas,
-    }
+    values = {**sums, "distinct_prefixes": distinct_prefixes, "replicas": replicas}
+    values.update(ratios(values, _RATIOS))
+    return contract_values(values, ttft.get("hit"), ttft.get("miss"))

@@ -6,13 +6,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from service.analytics import (
-    cacheable_fraction,
-    capacity_curve,
-    compute_request_metrics,
-    join_results,
-    rollup,
-)
+from service.analytics import capacity_curve, compute_request_metrics
+from service.analytics.definitions import SUM_COLUMNS, ratios
+from service.rollups import aggregate
 
 Ki = 1024
 TOL = 1e-4
@@ -20,8 +16,9 @@ TOL = 1e-4
 
 def _cacheable_fraction(frame: pl.DataFrame) -> float | None:
     results, _ = compute_request_metrics(frame, 3600.0)
-    sums = rollup(join_results(frame, results)).row(0, named=True)
-    return cacheable_fraction(sums["cacheable_tokens"], sums["fingerprinted_prompt_tokens"])
+    rows = aggregate.rollup_sums(aggregate.join_results(frame, results), 3600)
+    sums = {name: rows[name].sum() for name in SUM_COLUMNS}
+    return ratios(sums, ["cacheable_fraction"])["cacheable_fraction"]
 
 
 def test_conversation_cacheable_fraction(conversation: pl.DataFrame) -> None:

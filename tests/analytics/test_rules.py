@@ -15,10 +15,7 @@ from service.analytics import (
     LateRecordsError,
     ReuseState,
     compute_request_metrics,
-    join_results,
     plan_recompute,
-    rollup,
-    unique_prefix_ratio,
 )
 from tests.analytics.reference import Record, record, request_metrics, to_frame
 
@@ -265,7 +262,7 @@ def test_hit_is_at_least_half_cached() -> None:
     assert [got[i]["is_hit"] for i in (1, 2, 3)] == [True, False, True]
 
 
-def test_unique_first_blocks() -> None:
+def test_first_keys() -> None:
     records = [
         blocks(1, 1, 2, t=0),
         blocks(2, 1, 3, t=1),
@@ -276,11 +273,14 @@ def test_unique_first_blocks() -> None:
     run(records)
     frame = to_frame(records)
     results, _ = compute_request_metrics(frame, W)
-    sums = rollup(join_results(frame, results)).row(0, named=True)
-    # First blocks 1, 1, 2 and prefix 1 (its own key space): 3 distinct of 4.
-    assert sums["distinct_first_keys"] == 3
-    assert sums["fingerprinted_requests"] == 4
-    assert unique_prefix_ratio(sums["distinct_first_keys"], sums["fingerprinted_requests"]) == 0.75
+    got = results.sort("id")
+    # The first block of each request with blocks, the prefix key of one without:
+    # what the prefix rollups count distinct (tests/rollups/test_aggregate.py).
+    assert got["first_key"].to_list()[:3] == [got["first_key"][0]] * 2 + [got["first_key"][2]]
+    assert got["first_key"][0] != got["first_key"][2]
+    assert got["first_key_is_prefix"].to_list() == [False, False, False, True, None]
+    assert got["fingerprinted"].to_list() == [True, True, True, True, False]
+    assert got["first_key"][4] is None
 
 
 def test_unbounded_window() -> None:

@@ -9,7 +9,8 @@ import polars as pl
 import pytest
 from fastapi.testclient import TestClient
 
-from service.analytics.requests import CAUSES, compute_request_metrics
+from service.analytics.definitions import CAUSES
+from service.analytics.requests import compute_request_metrics
 from service.ingest.records import UsageRecordIn, to_row
 from service.repository import USAGE_FRAME_SCHEMA
 

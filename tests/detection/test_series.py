@@ -16,8 +16,8 @@ import numpy as np
 import polars as pl
 import pytest
 
+from service.analytics.definitions import CAUSES, SUM_COLUMNS
 from service.detection.series import Series, build_series, stretch
-from service.rollups.aggregate import CAUSES, SUM_COLUMNS
 
 MINUTE_US = 60_000_000
 BUCKET_S = 300

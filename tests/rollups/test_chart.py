@@ -15,10 +15,10 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from service import repository
+from service.analytics.definitions import SUM_COLUMNS
 from service.models import AnalyticsCursor, AnalyticsState, ChartRollup, PrefixRollup, Rollup
 from service.repository.series import CHART_COLUMNS, CHART_TABLE, Segment
 from service.rollups import chart, histogram
-from service.rollups.aggregate import SUM_COLUMNS
 from service.services import analytics_pass, series
 from service.settings import Settings
 from tests.rollups.helpers import ttft_percentiles
