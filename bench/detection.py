@@ -33,7 +33,8 @@ def run_seed(seed: int) -> tuple[int, dict[str, object]]:
     from service.services.regressions import regression_to_json
     from service.settings import Settings
     from service.simulate import detection_week, simulate
-    from service.simulate.scoring import load_records, score
+    from service.simulate.scoring import score
+    from tests.simulated import load_records
 
     week = detection_week(seed, prefix_problem=PROBLEMS[seed % len(PROBLEMS)])  # type: ignore[arg-type]
     result = simulate(week.scenario, seed)

@@ -11,7 +11,7 @@ from sqlalchemy import Select, case, func, select, union_all
 from sqlalchemy.orm import Session
 
 from service import repository
-from service.analytics.definitions import CAUSES
+from service.analytics.definitions import REWARM_COLUMNS
 from service.models import Alert, ChangeEvent, Regression
 from service.repository import detection as detection_queries
 from service.repository import series as chart_queries
@@ -93,7 +93,7 @@ TOTAL_COLUMNS = (
     "fp_cached_tokens",
     "cacheable_tokens",
     "rewarm_tokens",
-    *[f"rewarms_{c}" for c in CAUSES],
+    *REWARM_COLUMNS,
 )
 
 

@@ -38,6 +38,10 @@ import polars as pl
 #: that never held it, eviction from the one that did, unknown without a replica.
 CAUSES: tuple[str, ...] = ("concurrent", "routing", "eviction", "unknown")
 
+#: Per cause, the sums of its rewarms and of their tokens.
+REWARM_COLUMNS: tuple[str, ...] = tuple(f"rewarms_{c}" for c in CAUSES)
+REWARM_TOKEN_COLUMNS: tuple[str, ...] = tuple(f"rewarm_tokens_{c}" for c in CAUSES)
+
 Ints = npt.NDArray[np.int64]
 
 
@@ -78,10 +82,10 @@ def _sum_exprs() -> list[pl.Expr]:
         _count_when(fp, pl.col("cached_tokens")).alias("fp_cached_tokens"),
         pl.col("cacheable_tokens").sum().cast(pl.Int64),
         pl.col("rewarm_tokens").sum().cast(pl.Int64),
-        *[_count_when(cause == c).alias(f"rewarms_{c}") for c in CAUSES],
+        *[_count_when(cause == c).alias(n) for c, n in zip(CAUSES, REWARM_COLUMNS, strict=True)],
         *[
-            _count_when(cause == c, pl.col("rewarm_tokens")).alias(f"rewarm_tokens_{c}")
-            for c in CAUSES
+            _count_when(cause == c, pl.col("rewarm_tokens")).alias(n)
+            for c, n in zip(CAUSES, REWARM_TOKEN_COLUMNS, strict=True)
         ],
         _count_when(pl.col("session_continuation")).alias("session_requests"),
         _count_when(pl.col("history_rewrite")).alias("history_rewrites"),
@@ -96,8 +100,6 @@ def _sum_exprs() -> list[pl.Expr]:
 SUMS: tuple[pl.Expr, ...] = tuple(_sum_exprs())
 #: Their names: the additive columns of every rollup table, in this order.
 SUM_COLUMNS: tuple[str, ...] = tuple(e.meta.output_name() for e in SUMS)
-REWARM_COLUMNS: tuple[str, ...] = tuple(f"rewarms_{c}" for c in CAUSES)
-REWARM_TOKEN_COLUMNS: tuple[str, ...] = tuple(f"rewarm_tokens_{c}" for c in CAUSES)
 
 
 @dataclass(frozen=True)

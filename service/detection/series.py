@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from service.analytics.definitions import CAUSES, RATIOS, SUM_COLUMNS, ratios
+from service.analytics.definitions import CAUSES, RATIOS, REWARM_TOKEN_COLUMNS, SUM_COLUMNS, ratios
 
 I64 = npt.NDArray[np.int64]
 
@@ -106,7 +106,7 @@ def stretch(series: Series, start: int, end: int) -> Stretch:
         unique_prefix_ratio=figures["unique_prefix_ratio"],
         history_rewrite_share=figures["history_rewrite_share"],
         opening_cacheable_fraction=figures["opening_cacheable_fraction"],
-        rewarm_tokens={c: total[f"rewarm_tokens_{c}"] for c in CAUSES},
+        rewarm_tokens={c: total[n] for c, n in zip(CAUSES, REWARM_TOKEN_COLUMNS, strict=True)},
         # The typical number serving (median over buckets), not a max a blip could set.
         replicas=int(np.median(replicas)) if len(replicas) else 0,
     )

@@ -89,7 +89,6 @@ from .blocks import (
 )
 from .canonical import IMAGE_TOKENS, IMAGE_TOKENS_LOW, canonical_json
 from .divergence import explain_divergence
-from .parts import part_names
 from .results import Divergence, Hint, HintCode
 
 __all__ = [
@@ -109,6 +108,5 @@ __all__ = [
     "canonical_json",
     "explain_divergence",
     "fingerprint",
-    "part_names",
     "serialize_request",
 ]

@@ -42,11 +42,6 @@ def _request_parts(body: Mapping[str, Any]) -> list[_Part]:
     return parts
 
 
-def part_names(body: Mapping[str, Any]) -> list[str]:
-    """The part (segment) names of a request, in rendering order."""
-    return [part.name for part in _request_parts(body)]
-
-
 def _schema(body: Mapping[str, Any]) -> Any:
     """The output schema: Chat `response_format`, Responses `text.format`, or
     Anthropic's `output_format` / `output_config.format`."""

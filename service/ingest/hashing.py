@@ -29,7 +29,3 @@ def pack_block_hashes(hashes: Sequence[str | int]) -> bytes:
         return struct.pack(layout, *hashes)
     except struct.error:
         return struct.pack(layout, *[hash_key(h) for h in hashes])
-
-
-def unpack_block_hashes(blob: bytes) -> tuple[int, ...]:
-    return struct.unpack(f"<{len(blob) // 8}q", blob)

@@ -27,7 +27,14 @@ import numpy as np
 import polars as pl
 from sqlalchemy.orm import Session
 
-from service.analytics.definitions import CAUSES, SUM_COLUMNS, ratio_expr, ratios
+from service.analytics.definitions import (
+    CAUSES,
+    REWARM_COLUMNS,
+    REWARM_TOKEN_COLUMNS,
+    SUM_COLUMNS,
+    ratio_expr,
+    ratios,
+)
 from service.repository import series as series_repo
 from service.repository.series import Segment
 from service.rollups import chart
@@ -253,7 +260,7 @@ def contract_values(
     """A bucket's (or the totals') figures in the contract's shape (section 6), from
     the sums by their stored names (`SUM_COLUMNS`), the `_RATIOS` already taken,
     `replicas`, and the TTFT percentiles of hits and misses (None: no TTFT)."""
-    rewarms = {c: v[f"rewarms_{c}"] for c in CAUSES}
+    rewarms = {c: v[n] for c, n in zip(CAUSES, REWARM_COLUMNS, strict=True)}
     return {
         "requests": v["requests"],
         "prompt_tokens": v["prompt_tokens"],
@@ -266,7 +273,9 @@ def contract_values(
         "capture_ratio": v["capture_ratio"],
         "rewarms": {"total": sum(rewarms.values()), **rewarms},
         "rewarm_tokens": v["rewarm_tokens"],
-        "rewarm_tokens_by_cause": {c: v[f"rewarm_tokens_{c}"] for c in CAUSES},
+        "rewarm_tokens_by_cause": {
+            c: v[n] for c, n in zip(CAUSES, REWARM_TOKEN_COLUMNS, strict=True)
+        },
         "rewarm_share": v["rewarm_share"],
         "history_rewrites": v["history_rewrites"],
         "session_requests": v["session_requests"],
@@ -299,8 +308,8 @@ def contract_sums(bucket: Mapping[str, Any]) -> dict[str, float]:
         "session_requests": bucket.get("session_requests") or 0,
         "hits": bucket.get("hits") or 0,
         "misses": bucket.get("misses") or 0,
-        **{f"rewarms_{c}": rewarms.get(c, 0) for c in CAUSES},
-        **{f"rewarm_tokens_{c}": by_cause.get(c, 0) for c in CAUSES},
+        **{n: rewarms.get(c, 0) for c, n in zip(CAUSES, REWARM_COLUMNS, strict=True)},
+        **{n: by_cause.get(c, 0) for c, n in zip(CAUSES, REWARM_TOKEN_COLUMNS, strict=True)},
     }
     sums["fp_cached_tokens"] = (bucket.get("capture_ratio") or 0) * sums["cacheable_tokens"]
     sums["distinct_prefixes"] = (bucket.get("unique_prefix_ratio") or 0) * sums["fp_requests"]

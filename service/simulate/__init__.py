@@ -8,7 +8,6 @@ usage records and change events.
     week.regressions                      # what a detector should find
 """
 
-from service.simulate.analysis import Buckets, bucket_hit_rates
 from service.simulate.builders import (
     DetectionWeek,
     ExpectedChange,
@@ -18,7 +17,7 @@ from service.simulate.builders import (
 from service.simulate.cache import ReplicaCache, ReplicaPool
 from service.simulate.engine import Engine, SimulationResult, iter_records, simulate
 from service.simulate.events import scenario_events
-from service.simulate.mooncake import iter_mooncake, load_mooncake, read_mooncake
+from service.simulate.mooncake import iter_mooncake, read_mooncake
 from service.simulate.output import (
     PostError,
     PostStats,
@@ -53,7 +52,6 @@ from service.simulate.scenario import (
 __all__ = [
     "Action",
     "AppendOnlyHistory",
-    "Buckets",
     "CanonicalTools",
     "Change",
     "DailyCurve",
@@ -80,12 +78,10 @@ __all__ = [
     "SimulationResult",
     "StaticSystemPrefix",
     "TrafficMultiplier",
-    "bucket_hit_rates",
     "corporate_assistant_week",
     "detection_week",
     "iter_mooncake",
     "iter_records",
-    "load_mooncake",
     "post_events",
     "post_records",
     "read_mooncake",

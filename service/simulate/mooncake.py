@@ -12,13 +12,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import orjson
 
 from service.simulate.cache import ReplicaPool
-from service.simulate.engine import MAX_BLOCK_HASHES, Record, SimulationResult
+from service.simulate.engine import MAX_BLOCK_HASHES, Record
 from service.simulate.scenario import DEFAULT_START, LatencyModel, RoutingPolicy
 from service.simulate.timefmt import TsFormatter
 from service.simulate.traffic import Normals
@@ -105,8 +104,3 @@ def iter_mooncake(
             "block_size": block_size,
             "block_hashes": hashes[:MAX_BLOCK_HASHES],
         }
-
-
-def load_mooncake(path: str | Path, **options: Any) -> SimulationResult:
-    """Replay a trace (keyword options as for `iter_mooncake`); no events."""
-    return SimulationResult(list(iter_mooncake(path, **options)), [])

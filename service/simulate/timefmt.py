@@ -34,10 +34,3 @@ class TsFormatter:
         hours, secs = divmod(secs, 3600)
         minutes, secs = divmod(secs, 60)
         return f"{prefix}{hours:02d}:{minutes:02d}:{secs:02d}.{frac:06d}Z"
-
-
-def parse_ts_s(value: str | float | int) -> float:
-    """A record's `ts` (as this package writes it, or epoch seconds) -> epoch seconds."""
-    if isinstance(value, int | float):
-        return float(value)
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()

@@ -9,9 +9,9 @@ from sqlalchemy.orm import Session
 from service.models import Alert, Regression
 from service.services.detection import detect
 from service.settings import Settings
-from service.simulate.scoring import load_records
 from tests.alerts.conftest import add_regression, alerts_of
 from tests.alerts.traffic import drop_records
+from tests.simulated import load_records
 
 
 def kinds_by_service(session: Session) -> dict[str, list[str]]:

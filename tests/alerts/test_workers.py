@@ -23,11 +23,11 @@ from service.alerts.delivery import deliver_due
 from service.db import make_engine, make_sessionmaker
 from service.models import Alert, Regression
 from service.settings import Settings
-from service.simulate.scoring import load_records
 from tests.alerts.conftest import add_regression, alert_settings, regression_ids_in
 from tests.alerts.fake_slack import Answer, FakeSlack
 from tests.alerts.traffic import drop_records
 from tests.conftest import PROJECT_ROOT, drop_database, fresh_database_url
+from tests.simulated import load_records
 
 
 @pytest.fixture

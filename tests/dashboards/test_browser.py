@@ -19,7 +19,6 @@ from service.db import make_engine, make_sessionmaker
 from service.services.detection import detect
 from service.settings import Settings
 from service.simulate import detection_week, simulate
-from service.simulate.scoring import load_records
 from tests.conftest import (
     LiveServer,
     drop_database,
@@ -29,6 +28,7 @@ from tests.conftest import (
     skip_or_fail,
 )
 from tests.dashboards.helpers import XSS, records
+from tests.simulated import load_records
 
 pytestmark = pytest.mark.slow
 

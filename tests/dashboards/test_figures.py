@@ -8,7 +8,8 @@ from dashboards.capacity_figure import Budget, capacity_figure
 from dashboards.downsample import merge_buckets
 from dashboards.filters import MAX_POINTS
 from dashboards.markers import Markers, markers_from
-from dashboards.plotting import format_tokens, plot_text
+from dashboards.plotting import CAUSE_COLORS, CAUSE_NAMES, format_tokens, plot_text
+from service.analytics.definitions import CAUSES
 from tests.dashboards.helpers import XSS, bucket
 
 METRICS = {
@@ -253,3 +254,7 @@ def test_only_the_newest_labels_are_drawn_when_there_are_too_many() -> None:
     texts = [a.text for a in figure.layout.annotations]
     assert texts == [f"v{k}" for k in range(10, 70)]  # MAX_LABELS, the newest
     assert len([s for s in figure.layout.shapes if s.type == "line"]) == 70
+
+
+def test_every_cause_has_a_colour_and_a_name() -> None:
+    assert set(CAUSE_COLORS) == set(CAUSE_NAMES) == set(CAUSES)

@@ -14,8 +14,8 @@ from service.db import make_engine, make_sessionmaker
 from service.models import Regression
 from service.settings import Settings
 from service.simulate import detection_week, simulate
-from service.simulate.scoring import load_records
 from tests.conftest import PROJECT_ROOT, drop_database, fresh_database_url, is_postgres_run
+from tests.simulated import load_records
 
 
 @pytest.mark.skipif(not is_postgres_run(), reason="advisory locks: the PostgreSQL pass runs this")

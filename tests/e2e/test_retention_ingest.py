@@ -20,7 +20,6 @@ from service.db import make_engine, make_sessionmaker
 from service.models import Rollup, UsageRecord
 from service.services import analytics_pass
 from service.settings import Settings
-from service.simulate.scoring import load_records
 from tests.conftest import (
     PROJECT_ROOT,
     LiveServer,
@@ -28,6 +27,7 @@ from tests.conftest import (
     fresh_database_url,
     make_live_server,
 )
+from tests.simulated import load_records
 
 OLD = 100_000
 DAY_S = 86_400

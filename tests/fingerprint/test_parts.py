@@ -2,7 +2,6 @@
 
 from service.fingerprint import (
     fingerprint,
-    part_names,
 )
 from tests.fingerprint.helpers import (
     SYSTEM,
@@ -22,9 +21,10 @@ def test_segments_follow_the_providers_rendering_order() -> None:
     )
     names = ["tools", "response_format", "system", "message[0]", "message[1]", "message[2]"]
     assert [s["name"] for s in fingerprint(body)["segments"]] == names
-    assert part_names(anthropic_request()) == ["tools", "system", "message[0]"]
+    names = [s["name"] for s in fingerprint(anthropic_request())["segments"]]
+    assert names == ["tools", "system", "message[0]"]
     no_tools = openai_request(tools=[])
-    assert part_names(no_tools) == ["system", "message[0]"]
+    assert [s["name"] for s in fingerprint(no_tools)["segments"]] == ["system", "message[0]"]
 
 
 def test_openai_and_anthropic_forms_of_one_conversation_name_the_same_parts() -> None:

@@ -4,13 +4,15 @@ the official SDKs build and serialize them."""
 from typing import Any
 
 import orjson
+import polars as pl
 import pytest
 from anthropic.types import Message
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 from pydantic import ValidationError
 
-from service.ingest.hashing import hash_key, unpack_block_hashes
+from service.analytics._arrays import unpack_blobs
+from service.ingest.hashing import hash_key
 from service.ingest.records import UsageRecordIn, format_validation_error, to_row
 
 BASE = {"request_id": "r", "ts": "2026-11-29T10:00:00Z", "service": "svc", "model": "m"}
@@ -144,7 +146,7 @@ def test_hashes_and_optional_fields() -> None:
             "unknown_field": {"ignored": True},
         }
     )
-    keys = unpack_block_hashes(row["block_hashes"])
+    keys = tuple(unpack_blobs(pl.Series([row["block_hashes"]], dtype=pl.Binary))[0].tolist())
     assert keys == (7, hash_key("9f86d081884c7d65"), hash_key(2**64 - 1))
     assert keys[1] != keys[2]
     assert row["prefix_key"] == hash_key("sys-v1")

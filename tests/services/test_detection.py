@@ -13,7 +13,8 @@ from service.services.detection import detect
 from service.services.regressions import regression_to_json
 from service.settings import Settings
 from service.simulate import DetectionWeek, SimulationResult, detection_week, simulate
-from service.simulate.scoring import load_records, score
+from service.simulate.scoring import score
+from tests.simulated import load_records
 
 SEED = 7
 

@@ -15,8 +15,8 @@ from service.repository import retention as retention_queries
 from service.services import analytics_pass
 from service.services.retention import DAY_US, purge
 from service.settings import Settings
-from service.simulate.scoring import load_records
 from tests.alerts.conftest import FIXED_REGRESSION
+from tests.simulated import load_records
 
 NOW_US = time.time_ns() // 1000
 HOUR_US = 3600 * 1_000_000

@@ -28,9 +28,9 @@ from service.simulate import (
     ShuffledTools,
     StaticSystemPrefix,
     TrafficMultiplier,
-    bucket_hit_rates,
     iter_records,
 )
+from tests.simulate.analysis import bucket_hit_rates
 
 HOUR = 3600.0
 CHANGE_AT = 2.0 * HOUR

@@ -12,14 +12,13 @@ import pytest
 from service.ingest.records import UsageRecordIn
 from service.services.events import EventIn
 from service.simulate import (
-    Buckets,
     DetectionWeek,
     detection_week,
     iter_records,
     scenario_events,
 )
 from service.simulate.builders import PrefixProblem
-from service.simulate.timefmt import parse_ts_s
+from tests.simulate.analysis import Buckets, parse_ts_s
 
 HOUR = 3600.0
 DAY = 24 * HOUR

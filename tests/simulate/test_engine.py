@@ -29,7 +29,7 @@ from service.simulate import (
     SimulationResult,
     simulate,
 )
-from service.simulate.timefmt import parse_ts_s
+from tests.simulate.analysis import parse_ts_s
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 HOUR = 3600.0

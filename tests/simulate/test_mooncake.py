@@ -3,15 +3,21 @@
 import os
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
 from service.ingest.records import UsageRecordIn
-from service.simulate import load_mooncake, read_mooncake
+from service.simulate import SimulationResult, iter_mooncake, read_mooncake
 
 TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces" / "mooncake"
 CONVERSATION = TRACES / "conversation_trace.jsonl"
+
+
+def load_mooncake(path: Path, **options: Any) -> SimulationResult:
+    """A replayed trace (options as for `iter_mooncake`), records kept in memory."""
+    return SimulationResult(list(iter_mooncake(path, **options)), [])
 
 
 def conversation_trace() -> Path:

@@ -1,5 +1,6 @@
 """Hit rate per time bucket (sum cached_tokens / sum prompt_tokens), to check
-what a scenario really does to the hit rate."""
+what a scenario really does to the hit rate: an independent count over the
+simulator's records, the ground truth the simulator tests compare with."""
 
 from __future__ import annotations
 
@@ -11,9 +12,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from service.simulate.timefmt import parse_ts_s
-
 FloatArray = npt.NDArray[np.float64]
+
+
+def parse_ts_s(value: str | float | int) -> float:
+    """A record's `ts` (as this package writes it, or epoch seconds) -> epoch seconds."""
+    if isinstance(value, int | float):
+        return float(value)
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
 @dataclass
