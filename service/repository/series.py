@@ -9,9 +9,9 @@ import polars as pl
 from sqlalchemy import Table, func, literal, select, union_all
 from sqlalchemy.orm import Session
 
+from service.analytics.definitions import SUM_COLUMNS
 from service.models import ChartRollup
 from service.repository.analytics import PREFIX_TABLE, ROLLUP_TABLE
-from service.rollups.aggregate import SUM_COLUMNS
 from service.rollups.chart import CHART_SCHEMA
 
 CHART_TABLE = cast(Table, ChartRollup.__table__)

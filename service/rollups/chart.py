@@ -20,8 +20,8 @@ import numpy.typing as npt
 import orjson
 import polars as pl
 
+from service.analytics.definitions import SUM_COLUMNS
 from service.rollups import histogram
-from service.rollups.aggregate import SUM_COLUMNS
 
 CHART_KEYS = ["level", "service", "model", "bucket_us"]
 #: (grain, the grain it is merged from); 60 comes from `rollups` itself.
