@@ -1,6 +1,8 @@
 """What each data request of the page answers: the time-series figures with the
-headline, the capacity figure, and the two tables. All read the rollups, except the
-capacity replay which reads a bounded sample of the records."""
+headline, the capacity figure, and the two tables. The numbers come from the
+dashboard's service (`service.services.dashboard`: all read the rollups, except the
+capacity replay which reads a bounded sample of the records); this module draws and
+words them."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -8,19 +10,18 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from dashboards import figures, queries
+from dashboards import figures
 from dashboards.budget import parse_budget
 from dashboards.cache import ReplayCache
 from dashboards.capacity_figure import Budget, capacity_figure
 from dashboards.filters import RawFilters, View, format_duration, resolve
 from dashboards.markers import Markers, markers_from
-from service.analytics.capacity import capacity_curve
 from service.analytics.definitions import REWARM_COLUMNS, ratios
 from service.ingest.timestamps import us_to_rfc3339
 from service.models import Regression
+from service.services import dashboard
 from service.services.events import event_to_json
 from service.services.regressions import regression_to_json
-from service.services.series import SeriesQuery, series
 from service.settings import Settings
 
 CAPACITY_SIZES = tuple(16384 * 4**i for i in range(6))  # 16Ki .. 16Mi tokens
@@ -38,28 +39,25 @@ FINGERPRINT_HINT = (
 
 @dataclass(frozen=True)
 class Context:
-    """A resolved view and the services it reads."""
+    """A resolved view and what its filters select."""
 
     view: View
-    services: tuple[str, ...]
-    models: tuple[str, ...]
-    newest_us: int | None
+    selection: dashboard.Selection
 
-    def scope(self, from_us: int, to_us: int) -> queries.Scope:
-        return queries.Scope(self.services, self.models, self.view.model, from_us, to_us)
+    @property
+    def window(self) -> dashboard.Window:
+        """The view as the service reads it."""
+        view = self.view
+        return dashboard.Window(
+            view.service, view.model, view.from_us, view.to_us, view.bucket_s, view.previous
+        )
 
 
 def context(session: Session, raw: RawFilters, now_us: int) -> Context:
-    """Raises `FilterError` for parameters that cannot be understood."""
-    keys = [
-        (s, m)
-        for s, m in queries.series_keys(session)
-        if (not raw.service or s == raw.service) and (not raw.model or m == raw.model)
-    ]
-    services = tuple(sorted({s for s, _ in keys}))
-    models = tuple(sorted({m for _, m in keys}))
-    newest = queries.newest_bucket(session, services, raw.model or None)
-    return Context(resolve(raw, newest, now_us), services, models, newest)
+    """The view of the filters, a range without `to` ending at the newest data of
+    what they select. Raises `FilterError` for parameters that cannot be understood."""
+    selection = dashboard.selected(session, raw.service or None, raw.model or None)
+    return Context(resolve(raw, selection.newest_us, now_us), selection)
 
 
 def headline_values(sums: dict[str, int]) -> dict[str, Any]:
@@ -72,7 +70,7 @@ def headline_values(sums: dict[str, int]) -> dict[str, Any]:
 
 
 def view_json(ctx: Context) -> dict[str, Any]:
-    view = ctx.view
+    view, newest = ctx.view, ctx.selection.newest_us
     previous_from, previous_to = view.previous
     return {
         "service": view.service,
@@ -85,7 +83,7 @@ def view_json(ctx: Context) -> dict[str, Any]:
         "bucket_raised_from": (
             format_duration(view.bucket_raised_from_s) if view.bucket_raised_from_s else None
         ),
-        "newest": us_to_rfc3339(ctx.newest_us) if ctx.newest_us is not None else None,
+        "newest": us_to_rfc3339(newest) if newest is not None else None,
     }
 
 
@@ -120,16 +118,10 @@ def series_notes(buckets: Sequence[dict[str, Any]]) -> dict[str, str | None]:
     }
 
 
-def markers(session: Session, view: View) -> Markers:
-    events = queries.events_in_range(
-        session, view.service, view.model, view.from_us, view.to_us, MAX_EVENTS
-    )
-    regressions = queries.regressions_in_range(
-        session, view.service, view.model, view.from_us, view.to_us
-    )
+def markers(reading: dashboard.SeriesReading, view: View) -> Markers:
     return markers_from(
-        [event_to_json(e) for e in events],
-        [regression_to_json(r) for r in regressions],
+        [event_to_json(e) for e in reading.events],
+        [regression_to_json(r) for r in reading.regressions],
         us_to_rfc3339(view.from_us),
         us_to_rfc3339(view.to_us),
     )
@@ -138,19 +130,14 @@ def markers(session: Session, view: View) -> Markers:
 def series_payload(session: Session, ctx: Context) -> dict[str, Any]:
     """Headline and the four time-series figures."""
     view = ctx.view
-    read = (
-        series(
-            session, SeriesQuery(view.service, view.model, view.from_us, view.to_us, view.bucket_s)
-        )
-        if ctx.services
-        else None
-    )
+    reading = dashboard.read_series(session, ctx.selection, ctx.window, MAX_EVENTS)
+    read = reading.answer
     buckets = read.buckets if read is not None else []
     grain = read.grains_s[0] if read is not None and read.grains_s else 60
     answer = {"bucket_s": view.bucket_s, "buckets": buckets}
-    current = headline_values(queries.range_totals(session, ctx.scope(view.from_us, view.to_us)))
-    previous = headline_values(queries.range_totals(session, ctx.scope(*view.previous)))
-    marks = markers(session, view)
+    current = headline_values(reading.current)
+    previous = headline_values(reading.previous)
+    marks = markers(reading, view)
     built = {
         "hit_rate": figures.hit_rate_figure(answer, marks),
         "rewarms": figures.rewarms_figure(answer, marks),
@@ -171,23 +158,11 @@ def series_payload(session: Session, ctx: Context) -> dict[str, Any]:
 
 def current_budget(session: Session, view: View, model: str) -> Budget | None:
     """The budget of the latest `config` event (up to the range's end) that tells one."""
-    for event in queries.config_events_before(session, view.service, model, view.to_us, 200):
+    for event in dashboard.config_events_before(session, view.service, model, view.to_us, 200):
         tokens = parse_budget(event.description)
         if tokens is not None:
             return Budget(tokens, us_to_rfc3339(event.ts_us), event.description or "")
     return None
-
-
-def _replay(frame: Any, sizes: Sequence[int], model: str) -> dict[str, Any]:
-    result = capacity_curve(frame, sizes)
-    return {
-        "model": model,
-        "requests": frame.height,
-        "from": us_to_rfc3339(int(frame["ts_us"][0])) if frame.height else None,
-        "block_size": result.block_size,
-        "ceiling": result.ceiling,
-        "points": [{"tokens": p.tokens, "hit_rate": p.hit_rate} for p in result.points],
-    }
 
 
 def capacity_payload(
@@ -203,20 +178,20 @@ def capacity_payload(
     service that stores a batch between two asks would start a new replay each time
     and never draw."""
     view = ctx.view
-    model = view.model or queries.busiest_model(session, ctx.scope(view.from_us, view.to_us))
+    model = dashboard.capacity_model(session, ctx.selection, ctx.window)
     if model is None:
         return {"pending": False, "figure": None, "note": "No usage records in this range."}
     budget = current_budget(session, view, model)
     sizes = tuple(sorted({*CAPACITY_SIZES, *([budget.tokens] if budget else [])}))
-    newest_id = queries.max_usage_id(session) if sample is None else sample
+    newest_id = dashboard.newest_usage_id(session) if sample is None else sample
     key = ("capacity", model, view.from_us, view.to_us, sizes, newest_id)
     result = replays.cached(key)
     if result is None:
         if not replays.running(key):
-            frame = queries.latest_block_frame(
+            frame = dashboard.capacity_sample(
                 session, model, view.from_us, view.to_us, CAPACITY_MAX_REQUESTS
             )
-            replays.submit(key, lambda: _replay(frame, sizes, model))
+            replays.submit(key, lambda: dashboard.replay_capacity(frame, sizes, model))
         result = replays.wait(key, wait_s)
     if result is None:
         return {"pending": True, "model": model, "sample": newest_id}
@@ -280,6 +255,12 @@ def regression_row(regression: Regression, alert_state: str) -> dict[str, Any]:
     }
 
 
+def alert_text(states: Sequence[str]) -> str:
+    """A regression's Slack alerts in one cell: e.g. `opened: sent · resolved:
+    pending`, or `none`."""
+    return " · ".join(states) if states else "none"
+
+
 def _key_hex(key: int) -> str:
     return f"{key & 0xFFFF_FFFF_FFFF_FFFF:016x}"
 
@@ -311,14 +292,12 @@ def prefix_row(row: dict[str, Any]) -> dict[str, Any]:
 def tables_payload(session: Session, settings: Settings, ctx: Context) -> dict[str, Any]:
     """The regressions (newest first, with their Slack alerts' state) and the top
     prefixes by prompt tokens."""
-    view = ctx.view
-    regressions = queries.regressions_in_range(
-        session, view.service, view.model, view.from_us, view.to_us
-    )
-    states = queries.alert_states(session, [r.id for r in regressions])
-    prefixes = queries.top_prefixes(session, ctx.scope(view.from_us, view.to_us), TOP_PREFIXES)
+    reading = dashboard.read_tables(session, ctx.selection, ctx.window, TOP_PREFIXES)
+    regressions, prefixes = reading.regressions, reading.prefixes
     return {
-        "regressions": [regression_row(r, states.get(r.id, "none")) for r in regressions],
+        "regressions": [
+            regression_row(r, alert_text(reading.alert_states.get(r.id, []))) for r in regressions
+        ],
         "prefixes": [prefix_row(p) for p in prefixes],
         "notes": {
             "regressions": (

@@ -14,7 +14,7 @@ import polars as pl
 from sqlalchemy.orm import Session
 
 from service import repository
-from service.repository import series as queries
+from service.repository import series as series_repo
 from service.rollups import chart
 
 MARKER = "chart_rollups"
@@ -39,7 +39,7 @@ def rebuild_prefix_days(session: Session, from_us: int | None) -> None:
     ones (None: all). The analytics pass merges new results into daily rows like
     into the others; after a recompute deleted everything from an hour on, this
     restarts the day holding that hour from its earlier hours."""
-    queries.rebuild_prefix_days(session, from_us)
+    series_repo.rebuild_prefix_days(session, from_us)
 
 
 def rebuild_from(session: Session, from_us: int | None) -> None:
@@ -51,8 +51,8 @@ def rebuild_from(session: Session, from_us: int | None) -> None:
     record, which one record from 1970 makes 20,000 days long."""
     for grain, _ in chart.CHAIN:
         start = None if from_us is None else (from_us // (grain * 1_000_000)) * grain * 1_000_000
-        queries.delete_chart_from(session, grain, start)
-    days = {(hour // _DAY_US) * _DAY_US for hour in queries.rollup_hours(session, from_us)}
+        series_repo.delete_chart_from(session, grain, start)
+    days = {(hour // _DAY_US) * _DAY_US for hour in series_repo.rollup_hours(session, from_us)}
     if from_us is not None:
         days.add((from_us // _DAY_US) * _DAY_US)
     for day in sorted(days):
@@ -73,12 +73,12 @@ def _rebuild_day(session: Session, day_us: int, from_us: int) -> None:
         start = (from_us // grain_us) * grain_us
         if source == 0:
             rows = chart.from_rollups(
-                queries.load_rollups_for_chart(session, start, end),
-                queries.load_prefix_keys_for_chart(session, start, end),
+                series_repo.load_rollups_for_chart(session, start, end),
+                series_repo.load_prefix_keys_for_chart(session, start, end),
                 grain,
             )
         else:
-            older = queries.load_chart(session, source, start, built_from)
+            older = series_repo.load_chart(session, source, start, built_from)
             rows = chart.coarsen(pl.concat([older, built]), grain)
-        queries.insert_chart(session, rows)
+        series_repo.insert_chart(session, rows)
         built, built_from = rows, start

@@ -15,7 +15,7 @@ from service.detection.inferred import replica_changes
 from service.detection.series import Series, build_series, stretch
 from service.ingest.timestamps import us_to_rfc3339
 from service.models import ChangeEvent, Regression
-from service.repository import detection as queries
+from service.repository import detection as detection_repo
 from service.services import analytics_pass
 from service.services.events import EventIn, record_event
 from service.settings import Settings
@@ -45,14 +45,14 @@ def rule_of(settings: Settings) -> DropRule:
 
 def detect(session: Session, settings: Settings, service: str | None = None) -> DetectionReport:
     """One detection pass. Re-running it finds the same changes and updates them."""
-    queries.take_detection_lock(session)
+    detection_repo.take_detection_lock(session)
     analytics_pass.catch_up(session, settings)
     now_us = time.time_ns() // 1000
     since_us = _lookback_start(session, settings, now_us)
     inferred = infer_events(session, settings, since_us, service)
     created: list[Regression] = []
     updated: list[Regression] = []
-    for svc, model in queries.series_keys(session, since_us, service):
+    for svc, model in detection_repo.series_keys(session, since_us, service):
         for regression, is_new in _detect_series(session, settings, svc, model, since_us, now_us):
             (created if is_new else updated).append(regression)
     # Slack alerts (issue 5): queued in this transaction, sent by the alerts job.
@@ -122,7 +122,7 @@ def _record(
     }
     # The same change seen again (its estimate may move by a bucket or two).
     slack = 3 * bucket_us
-    existing = queries.find_regression(
+    existing = detection_repo.find_regression(
         session, service, model, change_us - slack, change_us + slack
     )
     if existing is not None:
@@ -133,7 +133,7 @@ def _record(
     regression = Regression(
         service=service, model=model, change_ts_us=change_us, detected_at_us=now_us, **values
     )
-    queries.add_regression(session, regression)
+    detection_repo.add_regression(session, regression)
     return regression, True
 
 
@@ -142,10 +142,12 @@ def _segment_variants(
 ) -> SegmentVariants:
     before_from = max(int(series.bucket_us[drop.before.start]), change_us - _DIAGNOSIS_SPAN_US)
     after_to = min(int(series.bucket_us[drop.after.end - 1]) + 1, change_us + _DIAGNOSIS_SPAN_US)
-    was, was_rate = queries.segment_variants_per_hour(
+    was, was_rate = detection_repo.segment_variants_per_hour(
         session, service, model, before_from, change_us
     )
-    now, now_rate = queries.segment_variants_per_hour(session, service, model, change_us, after_to)
+    now, now_rate = detection_repo.segment_variants_per_hour(
+        session, service, model, change_us, after_to
+    )
     return SegmentVariants(
         {name: (was.get(name, 0.0), now.get(name, 0.0)) for name in sorted({*was, *now})},
         (was_rate, now_rate),
@@ -158,7 +160,9 @@ def _attribute(
     """The event of the service (or its model) nearest the change, within
     max(2 buckets, 15 min) either side; ties go to the earlier event."""
     reach = max(2 * settings.detect_bucket_s, 900) * _US
-    events = queries.events_near(session, service, model, change_us - reach, change_us + reach)
+    events = detection_repo.events_near(
+        session, service, model, change_us - reach, change_us + reach
+    )
     if not events:
         return None, 0.0
     best = min(events, key=lambda e: (abs(e.ts_us - change_us), e.ts_us, e.id))
@@ -183,12 +187,12 @@ def infer_events(session: Session, settings: Settings, since_us: int, service: s
     """Deploy events at the first record of each new tag; replicas events at lasting
     changes of the replica count. Stored once (the dedupe key holds their content)."""
     created = 0
-    for svc, tag, first_minute in queries.deploy_first_minutes(session, since_us):
+    for svc, tag, first_minute in detection_repo.deploy_first_minutes(session, since_us):
         if service is not None and svc != service:
             continue
-        if tag in queries.known_deploy_tags(session, svc):
+        if tag in detection_repo.known_deploy_tags(session, svc):
             continue
-        first = queries.deploy_first_record(session, svc, tag, first_minute)
+        first = detection_repo.deploy_first_record(session, svc, tag, first_minute)
         if first is None:
             continue
         event = EventIn(
@@ -199,8 +203,8 @@ def infer_events(session: Session, settings: Settings, since_us: int, service: s
             description=f"first record carrying deploy {tag}",
         )
         created += record_event(session, event, source="inferred")[1]
-    for svc, model in queries.series_keys(session, since_us, service):
-        minutes = queries.replica_minutes(session, svc, model, since_us)
+    for svc, model in detection_repo.series_keys(session, since_us, service):
+        minutes = detection_repo.replica_minutes(session, svc, model, since_us)
         for change in replica_changes(minutes, settings.detect_bucket_s):
             ts = _replica_change_ts(
                 session, svc, model, change.added, change.removed, change.bucket_us
@@ -231,10 +235,12 @@ def _replica_change_ts(
     a replica that went away (within the trailing hour that revealed it)."""
     window_start = bucket_us - 3600 * _US
     if added:
-        firsts = [queries.replica_first_ts(session, service, model, r, window_start) for r in added]
+        firsts = [
+            detection_repo.replica_first_ts(session, service, model, r, window_start) for r in added
+        ]
         found = [t for t in firsts if t is not None]
         if found:
             return min(found)
-    lasts = [queries.replica_last_ts(session, service, model, r, bucket_us) for r in removed]
+    lasts = [detection_repo.replica_last_ts(session, service, model, r, bucket_us) for r in removed]
     found = [t for t in lasts if t is not None]
     return max(found) if found else bucket_us

@@ -95,6 +95,29 @@ def record_events(
     return repository.insert_events(session, rows)
 
 
+def list_events(
+    session: Session,
+    *,
+    service: str | None,
+    model: str | None,
+    kind: str | None,
+    from_us: int | None,
+    to_us: int | None,
+    limit: int,
+) -> Sequence[ChangeEvent]:
+    """At most `limit` events, posted and inferred, newest first (`GET /v1/events`):
+    of the service, model and kind when given, of ts in [from_us, to_us)."""
+    return repository.list_events(
+        session,
+        service=service,
+        model=model,
+        kind=kind,
+        from_us=from_us,
+        to_us=to_us,
+        limit=limit,
+    )
+
+
 def event_to_json(event: ChangeEvent) -> dict[str, Any]:
     return {
         "id": event.id,

@@ -1,9 +1,23 @@
 """Regressions as the API and CLI show them (contract section 5)."""
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from sqlalchemy.orm import Session
 
 from service.ingest.timestamps import us_to_rfc3339
 from service.models import Regression
+from service.repository import detection as detection_repo
+
+Status = Literal["open", "resolved"]
+
+
+def list_regressions(
+    session: Session, service: str | None, status: Status | None, limit: int
+) -> Sequence[Regression]:
+    """At most `limit` regressions of the service (None: all) in the status (None:
+    any), the newest change first (`GET /v1/regressions`)."""
+    return detection_repo.list_regressions(session, service, status, limit)
 
 
 def regression_to_json(regression: Regression) -> dict[str, Any]:

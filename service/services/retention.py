@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import repository
-from service.repository import retention as queries
+from service.repository import retention as retention_repo
 from service.services import analytics_pass
 from service.settings import Settings
 
@@ -47,7 +47,9 @@ class RetentionReport:
 
 def usage_bounds(session: Session, settings: Settings, now_us: int) -> tuple[int, int] | None:
     """(cutoff ts_us, highest deletable id), or None while nothing may be deleted."""
-    progress = queries.analytics_progress(session, analytics_pass.CURSOR, analytics_pass.STATE)
+    progress = retention_repo.analytics_progress(
+        session, analytics_pass.CURSOR, analytics_pass.STATE
+    )
     if progress is None:
         return None
     cursor, newest_us = progress
@@ -74,7 +76,7 @@ def purge(
             if bounds is None:
                 break
             cutoff, cursor = bounds
-            step = queries.delete_old_usage(
+            step = retention_repo.delete_old_usage(
                 session,
                 after_id=last_id,
                 up_to_id=cursor,
@@ -83,7 +85,7 @@ def purge(
             )
             if step is None:
                 break
-            queries.raise_horizon(session, cutoff)
+            retention_repo.raise_horizon(session, cutoff)
             deleted, last_id = step
         report.usage_deleted += deleted
         report.usage_cutoff_us = cutoff
@@ -95,7 +97,7 @@ def purge(
     last_id = 0
     while True:
         with factory.begin() as session:
-            step = queries.delete_old_rejected(
+            step = retention_repo.delete_old_rejected(
                 session,
                 after_id=last_id,
                 before_us=rejected_cutoff,

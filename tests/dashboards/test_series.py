@@ -1,6 +1,6 @@
 """The dashboard's numbers agree with GET /v1/metrics: its time series (one series
 path, `service.services.series`) bucket for bucket, and its headline, which sums
-the chart rollups in the database (`dashboards.queries.range_totals`) and reads
+the chart rollups in the database (`service.services.dashboard.range_totals`) and reads
 one service's rows when only one has data for the filters, against the API's
 totals, for the range and the one before it."""
 

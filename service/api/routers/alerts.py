@@ -6,7 +6,7 @@ from service.alerts.views import alert_to_json
 from service.api.deps import ReadAuth, SessionDep
 from service.api.params import ServiceParam
 from service.api.schemas import READ_ERRORS
-from service.repository import alerts as alert_queries
+from service.services.alerts import list_alerts
 
 router = APIRouter(tags=["alerts"], responses=READ_ERRORS)
 
@@ -23,7 +23,7 @@ def get_alerts(
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> list[dict[str, Any]]:
     """Slack alerts with their delivery state, newest first."""
-    rows = alert_queries.list_alerts(
+    rows = list_alerts(
         session,
         state=state,
         kind=kind,

@@ -38,11 +38,12 @@ import orjson
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
-from dashboards import data, page, queries
+from dashboards import data, page
 from dashboards.cache import ReplayCache, ResultCache
 from dashboards.filters import FilterError, RawFilters, resolve
 from service.api.deps import AUTH_COOKIE, BodyDep, ReadAuth, SessionDep, SettingsDep
 from service.api.freshness import CaughtUp
+from service.services import dashboard
 from service.services.tokens import Scope, allows, token_scope
 from service.settings import Settings
 
@@ -124,7 +125,7 @@ def dashboard_page(request: Request, session: SessionDep, settings: SettingsDep)
         filters, error = RawFilters(), str(exc)
     html = page.render_dashboard(
         filters=filters,
-        series_keys=queries.series_keys(session),
+        series_keys=dashboard.series_keys(session),
         error=error,
         logged_in=AUTH_COOKIE in request.cookies,
         public_url=settings.public_url,
@@ -245,7 +246,7 @@ def _cached(
     request: Request, session: SessionDep, panel: str, build: Callable[[], Any], *extra: Any
 ) -> Response:
     """The answer for this view and data version, computed once."""
-    key = (panel, request.url.query, queries.data_version(session), *extra)
+    key = (panel, request.url.query, dashboard.data_version(session), *extra)
     results = _app_cache(request, "dashboard_results", ResultCache)
     body = results.get(key)
     if body is None:
@@ -286,7 +287,7 @@ def tables_data(request: Request, session: SessionDep, settings: SettingsDep) ->
         session,
         "tables",
         lambda: data.tables_payload(session, settings, _context(request, session)),
-        queries.alerts_version(session),
+        dashboard.alerts_version(session),
     )
 
 

@@ -6,7 +6,6 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from service import repository
 from service.api.deps import BodyDep, IngestAuth, ReadAuth, SessionDep
 from service.api.params import ModelParam, ServiceParam, TimeParam, ToParam, parse_time_param
 from service.api.schemas import EVENT_SCHEMA, READ_ERRORS, ErrorAnswer, EventOut, json_body
@@ -15,8 +14,10 @@ from service.services.events import (
     MAX_EVENTS_PER_REQUEST,
     EventIn,
     event_to_json,
+    list_events,
     record_events,
 )
+from service.services.rejected import keep_rejected_body
 
 router = APIRouter(tags=["events"], responses=READ_ERRORS)
 EVENTS_ENDPOINT = "events"
@@ -55,19 +56,7 @@ def post_events(received: BodyDep, session: SessionDep) -> Any:
 def _reject(
     session: SessionDep, body: bytes, received_us: int, reason: str, status: int
 ) -> JSONResponse:
-    repository.add_rejected(
-        session,
-        [
-            {
-                "received_us": received_us,
-                "endpoint": EVENTS_ENDPOINT,
-                "batch_index": None,
-                "request_id": None,
-                "reason": reason[:2000],
-                "raw": body,
-            }
-        ],
-    )
+    keep_rejected_body(session, EVENTS_ENDPOINT, body, reason, received_us)
     return JSONResponse({"error": reason}, status_code=status)
 
 
@@ -82,7 +71,7 @@ def get_events(
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> list[dict[str, Any]]:
     """Posted and inferred events, newest first."""
-    events = repository.list_events(
+    events = list_events(
         session,
         service=service,
         model=model,

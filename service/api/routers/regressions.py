@@ -1,13 +1,12 @@
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
 from service.api.deps import AdminAuth, ReadAuth, SessionDep, SettingsDep
 from service.api.params import ServiceParam
 from service.api.schemas import READ_ERRORS, RegressionOut
-from service.repository import detection as detection_queries
 from service.services.detection import detect
-from service.services.regressions import regression_to_json
+from service.services.regressions import Status, list_regressions, regression_to_json
 
 router = APIRouter(tags=["regressions"], responses=READ_ERRORS)
 
@@ -16,11 +15,11 @@ router = APIRouter(tags=["regressions"], responses=READ_ERRORS)
 def get_regressions(
     session: SessionDep,
     service: ServiceParam = None,
-    status: Literal["open", "resolved"] | None = None,
+    status: Status | None = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> list[dict[str, Any]]:
     """Regressions, newest change first."""
-    rows = detection_queries.list_regressions(session, service or None, status, limit)
+    rows = list_regressions(session, service or None, status, limit)
     return [regression_to_json(r) for r in rows]
 
 

@@ -1,0 +1,60 @@
+"""The rejected store (contract section 2): input that was not stored, kept verbatim
+with its reason for `GET /v1/rejected`, so nothing is dropped silently."""
+
+import base64
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from service import repository
+from service.ingest.timestamps import us_to_rfc3339
+from service.models import RejectedRecord
+
+#: A reason is cut to this many characters (a validation error can quote its input).
+MAX_REASON_CHARS = 2000
+
+
+def keep_rejected_body(
+    session: Session, endpoint: str, body: bytes, reason: str, received_us: int
+) -> None:
+    """Keep a whole body that was refused (not JSON, too many items, invalid) as it
+    was sent, in the request's transaction: it is stored with the answer's commit."""
+    repository.add_rejected(
+        session,
+        [
+            {
+                "received_us": received_us,
+                "endpoint": endpoint,
+                "batch_index": None,
+                "request_id": None,
+                "reason": reason[:MAX_REASON_CHARS],
+                "raw": body,
+            }
+        ],
+    )
+
+
+def list_rejected(session: Session, limit: int, before_id: int | None) -> Sequence[RejectedRecord]:
+    """At most `limit` rejected inputs, newest first; with `before_id`, those stored
+    before it (the next page)."""
+    return repository.list_rejected(session, limit, before_id)
+
+
+def rejected_to_json(row: RejectedRecord) -> dict[str, Any]:
+    """A rejected input as `GET /v1/rejected` shows it: the raw bytes as UTF-8 text,
+    or base64 when they are not text (a broken gzip body), which `raw_encoding` says."""
+    try:
+        raw, encoding = row.raw.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        raw, encoding = base64.b64encode(row.raw).decode("ascii"), "base64"
+    return {
+        "id": row.id,
+        "received_at": us_to_rfc3339(row.received_us),
+        "endpoint": row.endpoint,
+        "index": row.batch_index,
+        "request_id": row.request_id,
+        "reason": row.reason,
+        "raw": raw,
+        "raw_encoding": encoding,
+    }
