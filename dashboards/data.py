@@ -17,8 +17,8 @@ from dashboards.capacity_figure import Budget, capacity_figure
 from dashboards.filters import RawFilters, View, format_duration, resolve
 from dashboards.markers import Markers, markers_from
 from service.analytics.definitions import REWARM_COLUMNS, ratios
-from service.ingest.timestamps import us_to_rfc3339
 from service.models import Regression
+from service.rfc3339 import us_to_rfc3339
 from service.services import dashboard
 from service.services.events import event_to_json
 from service.services.regressions import regression_to_json

@@ -2,8 +2,8 @@
 
 from typing import Any
 
-from service.ingest.timestamps import us_to_rfc3339
 from service.models import Alert, Regression
+from service.rfc3339 import us_to_rfc3339
 
 
 def _time(us: int | None) -> str | None:

@@ -21,8 +21,10 @@ newest data, and one record from the future would empty it."""
 
 import math
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal
+
+from service.rfc3339 import us_to_rfc3339
 
 _US_PER_S = 1_000_000
 #: How far after the server's clock a usage record may start: a day covers clock
@@ -168,14 +170,3 @@ def _rfc3339_to_us(text: str) -> int:
         moment = moment.replace(tzinfo=UTC)
     delta = moment - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * _US_PER_S + delta.microseconds
-
-
-def us_to_rfc3339(ts_us: int) -> str:
-    """Epoch microseconds -> RFC 3339 in UTC with a `Z`, as every answer gives times.
-    Times outside what a datetime holds (only in a database written before the range
-    above was enforced) are written at the nearest end of it."""
-    try:
-        moment = _EPOCH + timedelta(microseconds=ts_us)
-    except OverflowError:
-        moment = (datetime.max if ts_us > 0 else datetime.min).replace(tzinfo=UTC)
-    return moment.isoformat().replace("+00:00", "Z")

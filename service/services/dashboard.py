@@ -21,13 +21,13 @@ from sqlalchemy.orm import Session
 
 from service.analytics.capacity import capacity_curve
 from service.analytics.definitions import REWARM_COLUMNS
-from service.ingest.timestamps import us_to_rfc3339
 from service.models import ChangeEvent, Regression
 from service.repository import dashboard as dashboard_repo
 from service.repository import detection as detection_repo
 from service.repository import series as series_repo
 from service.repository.dashboard import RollupRows
 from service.repository.series import Segment
+from service.rfc3339 import us_to_rfc3339
 from service.rollups import chart
 from service.services.analytics_pass import PREFIX_GRAINS_S
 from service.services.series import SeriesAnswer, SeriesQuery, plan, series

@@ -13,9 +13,9 @@ from service.detection.changepoints import Drop, DropRule, lasting_drops, separa
 from service.detection.diagnosis import SegmentVariants, diagnose
 from service.detection.inferred import replica_changes
 from service.detection.series import Series, build_series, stretch
-from service.ingest.timestamps import us_to_rfc3339
 from service.models import ChangeEvent, Regression
 from service.repository import detection as detection_repo
+from service.rfc3339 import us_to_rfc3339
 from service.services import analytics_pass
 from service.services.events import EventIn, record_event
 from service.settings import Settings

@@ -10,8 +10,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, m
 from sqlalchemy.orm import Session
 
 from service import repository
-from service.ingest.timestamps import parse_ts, us_to_rfc3339
+from service.ingest.timestamps import parse_ts
 from service.models import ChangeEvent
+from service.rfc3339 import us_to_rfc3339
 
 EventKind = Literal["deploy", "replicas", "config", "note"]
 #: The field an event of a kind must carry, and what it is.

@@ -5,9 +5,9 @@ from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
-from service.ingest.timestamps import us_to_rfc3339
 from service.models import Regression
 from service.repository import detection as detection_repo
+from service.rfc3339 import us_to_rfc3339
 
 Status = Literal["open", "resolved"]
 

@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from service import repository
-from service.ingest.timestamps import us_to_rfc3339
 from service.models import RejectedRecord
+from service.rfc3339 import us_to_rfc3339
 
 #: A reason is cut to this many characters (a validation error can quote its input).
 MAX_REASON_CHARS = 2000

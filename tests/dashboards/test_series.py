@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dashboards.plotting import plot_ts
-from service.ingest.timestamps import us_to_rfc3339
+from service.rfc3339 import us_to_rfc3339
 from tests.dashboards.helpers import records
 
 T0 = 1_764_399_600  # a whole hour
