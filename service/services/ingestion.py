@@ -20,6 +20,7 @@ from service.ingest.records import (
     received_context,
     to_row,
 )
+from service.services.rejected import rejected_row
 
 MAX_REPORTED_ERRORS = 100
 REJECTED_BATCH = 2000  # rejected records written at a time (see _RejectedRows)
@@ -69,7 +70,7 @@ def ingest_usage(
     except UndecodableBody as exc:
         repository.add_rejected(
             session,
-            [_rejected_row(endpoint, received_us, None, None, str(exc), body)],
+            [rejected_row(endpoint, received_us, None, None, str(exc), body)],
         )
         telemetry.count_ingest(session, 0, 0, 1)
         return IngestOutcome(rejected=1, undecodable=str(exc))
@@ -85,7 +86,7 @@ def ingest_usage(
         request_id = _request_id_of(item.value)
         reason = reason or "invalid record"
         rejected.add(
-            _rejected_row(endpoint, received_us, item.index, request_id, reason, item.verbatim())
+            rejected_row(endpoint, received_us, item.index, request_id, reason, item.verbatim())
         )
         if len(outcome.errors) < MAX_REPORTED_ERRORS:
             outcome.errors.append({"index": item.index, "request_id": request_id, "error": reason})
@@ -172,21 +173,3 @@ def _request_id_of(value: Any) -> str | None:
         if isinstance(request_id, str) and 0 < len(request_id) <= 200 and "\x00" not in request_id:
             return request_id
     return None
-
-
-def _rejected_row(
-    endpoint: str,
-    received_us: int,
-    index: int | None,
-    request_id: str | None,
-    reason: str,
-    raw: bytes,
-) -> dict[str, Any]:
-    return {
-        "received_us": received_us,
-        "endpoint": endpoint,
-        "batch_index": index,
-        "request_id": request_id,
-        "reason": reason[:2000],
-        "raw": raw,
-    }

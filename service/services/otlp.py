@@ -14,10 +14,11 @@ from typing import Any
 import orjson
 from sqlalchemy.orm import Session
 
-from service import repository, telemetry
+from service import telemetry
 from service.ingest import genai, inflight, otlp
 from service.ingest.body import UndecodableBody, decompress
 from service.services.ingestion import IngestOutcome, ingest_usage
+from service.services.rejected import keep_rejected_body
 
 MAX_ERROR_MESSAGES = 5
 _UNWRITABLE = "(a value nested too deeply to store)"
@@ -118,19 +119,7 @@ def keep_undecodable(
     session: Session, body: bytes, signal: otlp.Signal, reason: str, received_us: int
 ) -> None:
     """A body answered 400 or 415 is kept as sent: nothing is dropped silently."""
-    repository.add_rejected(
-        session,
-        [
-            {
-                "received_us": received_us,
-                "endpoint": f"otlp/{signal}",
-                "batch_index": None,
-                "request_id": None,
-                "reason": reason[:2000],
-                "raw": body,
-            }
-        ],
-    )
+    keep_rejected_body(session, f"otlp/{signal}", body, reason, received_us)
     telemetry.count_ingest(session, 0, 0, 1)
 
 

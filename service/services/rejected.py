@@ -15,23 +15,34 @@ from service.rfc3339 import us_to_rfc3339
 MAX_REASON_CHARS = 2000
 
 
+def rejected_row(
+    endpoint: str,
+    received_us: int,
+    index: int | None,
+    request_id: str | None,
+    reason: str,
+    raw: bytes,
+) -> dict[str, Any]:
+    """One rejected input as the store keeps it: where it came from, its place in
+    its batch (None: the whole body), its `request_id` when it had one, why, and the
+    bytes as sent."""
+    return {
+        "received_us": received_us,
+        "endpoint": endpoint,
+        "batch_index": index,
+        "request_id": request_id,
+        "reason": reason[:MAX_REASON_CHARS],
+        "raw": raw,
+    }
+
+
 def keep_rejected_body(
     session: Session, endpoint: str, body: bytes, reason: str, received_us: int
 ) -> None:
     """Keep a whole body that was refused (not JSON, too many items, invalid) as it
     was sent, in the request's transaction: it is stored with the answer's commit."""
     repository.add_rejected(
-        session,
-        [
-            {
-                "received_us": received_us,
-                "endpoint": endpoint,
-                "batch_index": None,
-                "request_id": None,
-                "reason": reason[:MAX_REASON_CHARS],
-                "raw": body,
-            }
-        ],
+        session, [rejected_row(endpoint, received_us, None, None, reason, body)]
     )
 
 
