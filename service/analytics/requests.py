@@ -30,10 +30,13 @@ implementation in tests/analytics/reference.py):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import polars as pl
 
 from service.analytics._arrays import (
+    F64,
     I64,
     UNBOUNDED_US,
     Bools,
@@ -208,47 +211,108 @@ class _Reuse:
 
 
 def _reuse(req: pl.DataFrame, ts: I64, ids: I64, state: ReuseState, w_us: int) -> _Reuse:
-    """Seen blocks, cacheable and rewarm tokens, rewarm causes, the new entries."""
+    """Seen blocks, cacheable and rewarm tokens, rewarm causes, the new entries.
+
+    The steps, each its own function: lay out one row per key occurrence
+    (`_occurrence_rows`), find each row's previous carrier (one stable sort), take
+    the leading run of seen blocks per request (`_seen_runs`), turn runs into tokens
+    (`_reuse_tokens`), judge each rewarm's cause (`_rewarm_causes`), and keep what
+    the next batch needs (`_next_entries`)."""
     out = _Reuse()
+    rows = _occurrence_rows(req, ts, state)
+    out.flat, out.counts = rows.block_keys, rows.counts
+    occ = previous_occurrences(rows.keys, rows.groups, rows.source)
+    run = _seen_runs(rows, occ, w_us)
+    cacheable, rewarm_tokens, is_rewarm = _reuse_tokens(req, rows, run)
+    out.seen_blocks, out.cacheable, out.rewarm_tokens = run, cacheable, rewarm_tokens
+    out.cause = _rewarm_causes(rows, occ, ts, run, np.flatnonzero(is_rewarm), w_us)
+    del occ  # the largest arrays of the pass: gone before the entries are grouped
+    out.entries = _next_entries(req, rows, ids, w_us)
+    return out
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The pass's flat layout: one row per key occurrence, in three runs.
+
+    Rows: the remembered entries this batch may meet (one row each), then the
+    batch's block hashes (request after request), then its prefix keys. Sources
+    (what a row points at, in time order): those entries (time-sorted, all before
+    this batch), then the batch's requests. The entries the batch cannot meet
+    (`idle`) only need pruning and stay out of the rows."""
+
+    keys: I64
+    #: (model, kind) per row: block hashes and prefix keys never match each other.
+    groups: Ints
+    source: Ints
+    src_ts: I64
+    src_ttft: F64  # NaN where the ttft is null
+    src_rep: Ints  # dense replica code per source, -1 when none was given
+    counts: I64  # blocks per request
+    prefix_req: I64  # the requests that carry a prefix_key, ascending
+    entries: pl.DataFrame  # the met entries, the first `n_state` sources
+    idle: pl.DataFrame
+
+    @property
+    def n_state(self) -> int:
+        return self.entries.height
+
+    @property
+    def n_requests(self) -> int:
+        return len(self.counts)
+
+    @property
+    def n_blocks(self) -> int:
+        return len(self.keys) - self.n_state - len(self.prefix_req)
+
+    @property
+    def block_keys(self) -> I64:
+        """The batch's block hashes, request after request (a view of `keys`)."""
+        return self.keys[self.n_state : self.n_state + self.n_blocks]
+
+    @property
+    def rep_req(self) -> Ints:
+        return self.src_rep[self.n_state :]
+
+    def block_offsets(self) -> I64:
+        """Where each request's blocks start among the batch's block rows."""
+        return offsets_of(self.counts)
+
+    def prefix_rows(self) -> I64:
+        """Per request, the row of its prefix key (-1: none)."""
+        row = np.full(self.n_requests, -1, dtype=np.int64)
+        first = self.n_state + self.n_blocks
+        row[self.prefix_req] = first + np.arange(len(self.prefix_req))
+        return row
+
+
+def _occurrence_rows(req: pl.DataFrame, ts: I64, state: ReuseState) -> _Rows:
+    """The rows and sources of the batch after `state` (see `_Rows`). Models and
+    replicas get codes shared by the entries and the batch."""
     n = req.height
     flat, counts = unpack_blobs(req["block_hashes"])
-    has_prefix = req["prefix_key"].is_not_null().to_numpy()
-    entries, idle = _split_entries(
-        state.entries, flat, req["prefix_key"].fill_null(0).to_numpy()[has_prefix]
-    )
-    n_src_state = entries.height
+    prefix_req = np.flatnonzero(req["prefix_key"].is_not_null().to_numpy())
+    prefix_keys = req["prefix_key"].fill_null(0).to_numpy()[prefix_req]
+    entries, idle = _split_entries(state.entries, flat, prefix_keys)
+    n_state = entries.height
     model_state, model_req = codes(entries["model"], req["model"])
     rep_state, rep_req = codes(entries["replica"], req["replica"])
-
-    # Sources: the remembered entries (time-sorted, all before this batch), then
-    # the batch's requests. Each block occurrence row points at its source.
-    src_ts = np.concatenate([entries["ts_us"].to_numpy(), ts]).astype(np.int64)
     src_ttft = np.concatenate(
         [
             entries["ttft_ms"].fill_null(np.nan).to_numpy(),
             req["ttft_ms"].fill_null(np.nan).to_numpy(),
         ]
     ).astype(np.float64)
-    src_rep = np.concatenate([rep_state, rep_req])
-
-    n_blocks = len(flat)
-    has_prefix = req["prefix_key"].is_not_null().to_numpy()
-    prefix_req = np.flatnonzero(has_prefix)
-    keys = np.concatenate(
-        [entries["key"].to_numpy(), flat, req["prefix_key"].fill_null(0).to_numpy()[prefix_req]]
-    ).astype(np.int64)
-    del flat  # the view below keeps the blocks; the joined blobs can go
-    out.flat, out.counts = keys[n_src_state : n_src_state + n_blocks], counts
-    n_rows = len(keys)
-    idx = index_dtype(n_src_state + n)
+    keys = np.concatenate([entries["key"].to_numpy(), flat, prefix_keys]).astype(np.int64)
+    del flat  # `keys` holds the blocks; the joined blobs can go
+    idx = index_dtype(n_state + n)
     source = np.concatenate(
         [
-            np.arange(n_src_state, dtype=idx),
-            np.repeat(np.arange(n_src_state, n_src_state + n, dtype=idx), counts),
-            (n_src_state + prefix_req).astype(idx),
+            np.arange(n_state, dtype=idx),
+            np.repeat(np.arange(n_state, n_state + n, dtype=idx), counts),
+            (n_state + prefix_req).astype(idx),
         ]
     )
-    # Group = (model, kind): block hashes and prefix keys never match each other.
     groups = np.concatenate(
         [
             model_state * 2 + entries["kind"].to_numpy().astype(np.int32),
@@ -256,30 +320,52 @@ def _reuse(req: pl.DataFrame, ts: I64, ids: I64, state: ReuseState, w_us: int) -
             model_req[prefix_req] * 2 + 1,
         ]
     ).astype(np.int32)
-    occ = previous_occurrences(keys, groups, source)
-    seen = np.empty(n_rows, dtype=np.bool_)
-    seen[occ.perm] = within(src_ts, occ.source, occ.prev_source, w_us)
+    return _Rows(
+        keys=keys,
+        groups=groups,
+        source=source,
+        src_ts=np.concatenate([entries["ts_us"].to_numpy(), ts]).astype(np.int64),
+        src_ttft=src_ttft,
+        src_rep=np.concatenate([rep_state, rep_req]),
+        counts=counts,
+        prefix_req=prefix_req,
+        entries=entries,
+        idle=idle,
+    )
 
-    # Leading run of seen blocks: over the contiguous block rows of each request.
-    block_off = offsets_of(counts)
+
+def _seen_runs(rows: _Rows, occ: Occurrences, w_us: int) -> I64:
+    """Per request, the length of the leading run of seen blocks: a row is seen
+    when its previous carrier started at most W before. Taken over the contiguous
+    block rows of each request; a prefix-only request's run is its prefix key's
+    (0 or 1)."""
+    seen = np.empty(len(rows.keys), dtype=np.bool_)
+    seen[occ.perm] = within(rows.src_ts, occ.source, occ.prev_source, w_us)
+    counts = rows.counts
     has_blocks = counts > 0
-    run = np.zeros(n, dtype=np.int64)
-    seen_blocks = seen[n_src_state : n_src_state + n_blocks]
-    run[has_blocks] = leading_true(seen_blocks, block_off[has_blocks], counts[has_blocks])
-    prefix_row = np.full(n, -1, dtype=np.int64)
-    prefix_row[prefix_req] = n_src_state + n_blocks + np.arange(len(prefix_req))
-    prefix_only = has_prefix & ~has_blocks
+    run = np.zeros(rows.n_requests, dtype=np.int64)
+    seen_blocks = seen[rows.n_state : rows.n_state + rows.n_blocks]
+    run[has_blocks] = leading_true(
+        seen_blocks, rows.block_offsets()[has_blocks], counts[has_blocks]
+    )
+    prefix_row = rows.prefix_rows()
+    prefix_only = (prefix_row >= 0) & ~has_blocks
     run[prefix_only] = seen[prefix_row[prefix_only]]
-    del seen, seen_blocks
+    return run
 
+
+def _reuse_tokens(req: pl.DataFrame, rows: _Rows, run: I64) -> tuple[I64, I64, Bools]:
+    """Cacheable tokens, rewarm tokens and whether each request is a rewarm, from
+    its run of seen blocks (or its seen prefix key): contract section 4."""
     prompt = ints(req["prompt_tokens"])
     cached = ints(req["cached_tokens"])
-    block_size = ints(req["block_size"])
-    prefix_tokens = ints(req["prefix_tokens"])
+    has_blocks = rows.counts > 0
+    has_prefix = rows.prefix_rows() >= 0
+    prefix_only = has_prefix & ~has_blocks
     cacheable = np.where(
         has_blocks,
-        np.minimum(prompt, run * block_size),
-        np.where(prefix_only, np.minimum(prompt, run * prefix_tokens), 0),
+        np.minimum(prompt, run * ints(req["block_size"])),
+        np.where(prefix_only, np.minimum(prompt, run * ints(req["prefix_tokens"])), 0),
     )
     fingerprinted = has_blocks | has_prefix
     rewarm_tokens = np.where(fingerprinted, np.maximum(0, cacheable - cached), 0)
@@ -287,41 +373,61 @@ def _reuse(req: pl.DataFrame, ts: I64, ids: I64, state: ReuseState, w_us: int) -
     is_rewarm = (
         fingerprinted & (rewarm_tokens >= REWARM_MIN_TOKENS) & (10 * rewarm_tokens >= cacheable)
     )
-    out.seen_blocks, out.cacheable, out.rewarm_tokens = run, cacheable, rewarm_tokens
+    return cacheable, rewarm_tokens, is_rewarm
 
-    # Causes, at the deepest seen block (the last of the leading run; a rewarm
-    # has cacheable >= 128 > 0, so the run is not empty).
-    cause = np.zeros(n, dtype=np.int8)
-    rw = np.flatnonzero(is_rewarm)
-    deep = np.where(
-        has_blocks[rw], n_src_state + block_off[rw] + run[rw] - 1, prefix_row[rw]
-    ).astype(np.int64)
-    prev_row = np.empty(n_rows, dtype=occ.prev_source.dtype)
-    prev_row[occ.perm] = occ.prev_source
-    last = prev_row[deep]
-    del prev_row
-    gap = ts[rw] - src_ts[last]
+
+def _rewarm_causes(
+    rows: _Rows, occ: Occurrences, ts: I64, run: I64, rw: I64, w_us: int
+) -> np.ndarray:
+    """The cause code of each request (0 where `rw`, the rewarms, does not list
+    it), judged at its deepest seen block against the most recent earlier carrier:
+    still in prefill (concurrent); else no replica given (unknown); else whether
+    the rewarm's own replica carried it within W (eviction) or not (routing)."""
+    cause = np.zeros(rows.n_requests, dtype=np.int8)
+    deep = _deepest_seen_rows(rows, run, rw)
+    last = _previous_sources(occ, deep)
+    gap = ts[rw] - rows.src_ts[last]
     # The most recent earlier carrier was still in prefill (null ttft: NaN, False).
-    concurrent = gap < src_ttft[last] * 1000.0
+    concurrent = gap < rows.src_ttft[last] * 1000.0
     cause[rw[concurrent]] = _CONCURRENT
-    no_replica = ~concurrent & (rep_req[rw] < 0)
+    no_replica = ~concurrent & (rows.rep_req[rw] < 0)
     cause[rw[no_replica]] = _UNKNOWN
     ask = ~concurrent & ~no_replica
     if ask.any():
-        on_replica = _same_replica_within(occ, deep[ask], src_ts, src_rep, w_us)
+        on_replica = _same_replica_within(occ, deep[ask], rows.src_ts, rows.src_rep, w_us)
         cause[rw[ask]] = np.where(on_replica, _EVICTION, _ROUTING)
-    out.cause = cause
-    del occ
+    return cause
 
-    fresh = _new_entries(req, entries, keys, groups, source, src_ts, src_rep, ids, w_us)
-    if idle.height:
-        newest = int(src_ts[-1])
-        cutoff = newest - w_us if w_us < UNBOUNDED_US else None
-        if cutoff is not None:
-            idle = idle.filter(pl.col("ts_us") >= cutoff)
-        fresh = pl.concat([idle, fresh])
-    out.entries = fresh
-    return out
+
+def _deepest_seen_rows(rows: _Rows, run: I64, rw: I64) -> I64:
+    """The row of each rewarm's deepest seen block: the last of its leading run
+    (a rewarm has cacheable >= 128 > 0, so the run is not empty), or its prefix
+    key's row when it has no blocks."""
+    has_blocks = rows.counts[rw] > 0
+    block_row = rows.n_state + rows.block_offsets()[rw] + run[rw] - 1
+    return np.where(has_blocks, block_row, rows.prefix_rows()[rw]).astype(np.int64)
+
+
+def _previous_sources(occ: Occurrences, at: I64) -> Ints:
+    """The previous carrier's source of each row in `at` (rows in input order)."""
+    prev_row = np.empty(len(occ.perm), dtype=occ.prev_source.dtype)
+    prev_row[occ.perm] = occ.prev_source
+    return prev_row[at]
+
+
+def _next_entries(req: pl.DataFrame, rows: _Rows, ids: I64, w_us: int) -> pl.DataFrame:
+    """The state's entries after this batch: the latest occurrence per (model,
+    kind, key, replica) among the met entries and the batch, plus the idle entries,
+    both pruned of what is over W older than the newest request."""
+    fresh = _new_entries(
+        req, rows.entries, rows.keys, rows.groups, rows.source, rows.src_ts, rows.src_rep, ids, w_us
+    )
+    if rows.idle.height == 0:
+        return fresh
+    idle = rows.idle
+    if w_us < UNBOUNDED_US:
+        idle = idle.filter(pl.col("ts_us") >= int(rows.src_ts[-1]) - w_us)
+    return pl.concat([idle, fresh])
 
 
 def _split_entries(

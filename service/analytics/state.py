@@ -188,19 +188,30 @@ def late_mask(state: ReuseState, ts_us: np.ndarray, ids: np.ndarray) -> np.ndarr
     return np.asarray((ts_us < wts) | ((ts_us == wts) & (ids <= wid)))
 
 
+def earliest_late(state: ReuseState | None, frame: pl.DataFrame) -> int | None:
+    """The ts_us of the earliest record of `frame` at or before the state's
+    watermark; None when there is none (no state, nothing processed yet, or every
+    record sorts after the watermark), i.e. when the forward pass can take it.
+
+    A caller that rebuilds whole buckets rounds this down to a bucket start before
+    `plan_from` (the analytics pass rebuilds whole hours of rollups)."""
+    if state is None or state.watermark is None or frame.height == 0:
+        return None
+    ts = frame["ts_us"].to_numpy()
+    late = late_mask(state, ts, frame["id"].to_numpy())
+    return int(ts[late].min()) if late.any() else None
+
+
 def plan_recompute(state: ReuseState | None, frame: pl.DataFrame) -> RecomputePlan | None:
     """None when `frame` can go through the forward pass; else what to reload.
 
     The reload starts W before the earliest late record: see the module docstring
     for the procedure and why it is exact."""
-    if state is None or state.watermark is None or frame.height == 0:
+    earliest = earliest_late(state, frame)
+    if earliest is None:
         return None
-    ts = frame["ts_us"].to_numpy()
-    ids = frame["id"].to_numpy()
-    late = late_mask(state, ts, ids)
-    if not late.any():
-        return None
-    return plan_from(state, int(ts[late].min()))
+    assert state is not None  # a late record needs a watermark
+    return plan_from(state, earliest)
 
 
 def plan_from(state: ReuseState, from_ts_us: int) -> RecomputePlan:

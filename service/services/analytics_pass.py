@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from service import repository
 from service.analytics.definitions import SUM_COLUMNS
 from service.analytics.requests import compute_request_metrics
-from service.analytics.state import UNBOUNDED_US, RecomputePlan, ReuseState
+from service.analytics.state import UNBOUNDED_US, ReuseState, earliest_late, plan_from
 from service.repository import retention as retention_queries
 from service.rollups import aggregate
 from service.services import chart_rollups
@@ -93,28 +93,11 @@ def _exact_from(session: Session, window_us: int) -> int:
 
 
 def _late_from(state: ReuseState | None, batch: pl.DataFrame) -> int | None:
-    """The hour from which results must be rebuilt, or None for a forward pass."""
-    if state is None or state.watermark is None or batch.is_empty():
-        return None
-    wts, wid = state.watermark
-    late = batch.filter(
-        (pl.col("ts_us") < wts) | ((pl.col("ts_us") == wts) & (pl.col("id") <= wid))
-    )
-    if late.is_empty():
-        return None
-    earliest = int(late["ts_us"].min())  # type: ignore[arg-type]
-    return (earliest // _HOUR_US) * _HOUR_US
-
-
-def _plan_from(state: ReuseState, from_us: int) -> RecomputePlan:
-    """A recompute of every result from `from_us` on (the start of the hour of the
-    earliest late record, so whole rollup buckets are rebuilt)."""
-    reload_from = None if state.unbounded else from_us - state.window_us
-    seeds: tuple[str, ...] = ()
-    if reload_from is not None:
-        dropped = state.sessions.filter(pl.col("ts_us") >= reload_from)["session_id"]
-        seeds = tuple(sorted(dropped.to_list()))
-    return RecomputePlan(from_us, reload_from, seeds)
+    """The hour from which results must be rebuilt, or None for a forward pass:
+    the start of the hour of the earliest late record (`earliest_late`), so whole
+    rollup buckets are rebuilt."""
+    earliest = earliest_late(state, batch)
+    return None if earliest is None else (earliest // _HOUR_US) * _HOUR_US
 
 
 def _recompute(
@@ -124,7 +107,7 @@ def _recompute(
     if state is None:
         plan_state, reload_from = None, None
     else:
-        plan = _plan_from(state, from_us)
+        plan = plan_from(state, from_us)
         plan_state, reload_from, seeds = (
             state.rewind(plan),
             plan.reload_from_ts_us,

@@ -171,61 +171,96 @@ class Engine:
         return _Session(sid, user, key, key_str, turns, [], [], EMPTY)
 
     def _turn(self, state: ServiceState, session: _Session, t: float) -> Record:
-        spec = state.spec
-        p = spec.prompt
-        rnd = state.rnd
-        static_pieces, static_segments, base = state.static(self.start_epoch + t, session.user)
-        user_pieces, user_segments = state.user_context(session.user)
-        query: Piece = (self._uid(), sample_length(state.normals, p.query))
-        history = session.history
-        history_segments = session.history_segments
-        last_turn = session.last_turn_start
-        if state.rewrite is not None and last_turn > 0:
-            # A fresh summary replaces all but the last exchange.
-            earlier = sum(tokens for _, tokens in history[:last_turn])
-            summary: Piece = (self._uid(), max(1, round(state.rewrite.summary_ratio * earlier)))
-            history = [summary, *history[last_turn:]]
-            history_segments = [message(f"message[{i}]", pc) for i, pc in enumerate(history)]
-        pieces = [*static_pieces, *user_pieces, *history, query]
-        if session.last is not EMPTY:
-            base = session.last
-        hashed = hash_prompt(pieces, state.block_size, base)
-        session.last = hashed
-        segments = [*static_segments, *user_segments, *history_segments]
-        limit = spec.max_message_segments
-        if len(history) < limit:
-            segments.append(message(f"message[{len(history)}]", query))
-        if len(history_segments) > limit:
-            del segments[len(segments) - len(history_segments) + limit :]
-        completion = sample_length(state.normals, p.reply)
+        """One turn of a session: its prompt is built and served, the exchange is
+        appended to the session's history, and what follows is scheduled (the
+        fanned-out calls and the next turn start when this one ends)."""
+        hashed, segments, query = self._turn_prompt(state, session, t)
+        completion = sample_length(state.normals, state.spec.prompt.reply)
         record, latency_s = self._serve(state, t, hashed, session.key, completion, segments)
         record["session_id"] = session.sid
         if session.key_str is not None:
             record["cache_key"] = session.key_str
-        # History grows by this turn's query, tool results and the reply.
+        self._extend_history(state, session, query, completion)
+        session.turns_left -= 1
+        end = t + latency_s
+        self._schedule_fanout(state, session, end)
+        self._schedule_next_turn(state, session, end)
+        return record
+
+    def _turn_prompt(
+        self, state: ServiceState, session: _Session, t: float
+    ) -> tuple[Hashed, list[Segment], Piece]:
+        """The turn's prompt (static start, user context, the history it carries, a
+        new query), hashed from the session's previous prompt when there is one (the
+        shared start is not hashed again), its listed segments, and the query."""
+        static_pieces, static_segments, base = state.static(self.start_epoch + t, session.user)
+        user_pieces, user_segments = state.user_context(session.user)
+        query: Piece = (self._uid(), sample_length(state.normals, state.spec.prompt.query))
+        history, history_segments = self._prompt_history(state, session)
+        if session.last is not EMPTY:
+            base = session.last
+        pieces = [*static_pieces, *user_pieces, *history, query]
+        hashed = hash_prompt(pieces, state.block_size, base)
+        session.last = hashed
+        segments = _listed_segments(
+            [*static_segments, *user_segments],
+            history,
+            history_segments,
+            query,
+            state.spec.max_message_segments,
+        )
+        return hashed, segments, query
+
+    def _prompt_history(
+        self, state: ServiceState, session: _Session
+    ) -> tuple[list[Piece], list[Segment]]:
+        """The history the prompt carries and its segments: the session's own
+        (append-only), or under HistoryRewrite, once there is an earlier exchange,
+        a fresh summary of all but the last exchange followed by that exchange."""
+        last_turn = session.last_turn_start
+        if state.rewrite is None or last_turn <= 0:
+            return session.history, session.history_segments
+        earlier = sum(tokens for _, tokens in session.history[:last_turn])
+        summary: Piece = (self._uid(), max(1, round(state.rewrite.summary_ratio * earlier)))
+        history = [summary, *session.history[last_turn:]]
+        return history, [message(f"message[{i}]", pc) for i, pc in enumerate(history)]
+
+    def _extend_history(
+        self, state: ServiceState, session: _Session, query: Piece, completion: int
+    ) -> None:
+        """The session's history grows by this turn's query, its tool result (when
+        the prompt structure has one) and the reply; the first messages, up to the
+        service's `max_message_segments`, are also kept as segments."""
+        tool_result = state.spec.prompt.tool_result
         added = [query]
-        if p.tool_result is not None:
-            added.append((self._uid(), sample_length(state.normals, p.tool_result)))
+        if tool_result is not None:
+            added.append((self._uid(), sample_length(state.normals, tool_result)))
         added.append((self._uid(), completion))
         session.last_turn_start = len(session.history)
+        limit = state.spec.max_message_segments
         for piece in added:
             if len(session.history) < limit:
                 name = f"message[{len(session.history)}]"
                 session.history_segments.append(message(name, piece))
             session.history.append(piece)
-        session.turns_left -= 1
-        end = t + latency_s
+
+    def _schedule_fanout(self, state: ServiceState, session: _Session, end: float) -> None:
+        """With the service's fanout share, the turn's end starts a task of K calls
+        spread over `spread_ms`. The K calls share one context; the first call
+        hashes it for all."""
         fan = state.fanout
-        if fan is not None and rnd.random() < fan.share:
-            # The K calls share one context; the first call hashes it for all.
-            task: list[Any] = [(self._uid(), fan.context_tokens), None]
-            offsets = sorted(rnd.uniform(0.0, fan.spread_ms / 1000.0) for _ in range(fan.k))
-            for offset in offsets:
-                self._push(end + offset, _CALL, (state, session, task))
+        if fan is None or state.rnd.random() >= fan.share:
+            return
+        task: list[Any] = [(self._uid(), fan.context_tokens), None]
+        offsets = sorted(state.rnd.uniform(0.0, fan.spread_ms / 1000.0) for _ in range(fan.k))
+        for offset in offsets:
+            self._push(end + offset, _CALL, (state, session, task))
+
+    def _schedule_next_turn(self, state: ServiceState, session: _Session, end: float) -> None:
+        """A session with turns left comes back after a think time."""
         if session.turns_left > 0:
-            think = sample_length(state.normals, p.think_time_s)
+            think = sample_length(state.normals, state.spec.prompt.think_time_s)
             self._push(end + think, _TURN, (state, session))
-        return record
 
     def _call(self, state: ServiceState, session: _Session, task: list[Any], t: float) -> Record:
         """One of the K parallel calls of a fanned-out task (no session history).
@@ -335,6 +370,24 @@ class Engine:
                 state.fanout = action if action.k > 1 and action.share > 0 else None
             case Deploy() | TrafficMultiplier():
                 pass  # a tag only / applied to the arrival process up front
+
+
+def _listed_segments(
+    start: list[Segment],
+    history: list[Piece],
+    history_segments: list[Segment],
+    query: Piece,
+    limit: int,
+) -> list[Segment]:
+    """A turn's segments: the static start and user context, then the messages of
+    the history and the query, at most `limit` message[i] entries (a long session
+    lists its first messages only)."""
+    segments = [*start, *history_segments]
+    if len(history) < limit:
+        segments.append(message(f"message[{len(history)}]", query))
+    if len(history_segments) > limit:
+        del segments[len(segments) - len(history_segments) + limit :]
+    return segments
 
 
 def iter_records(scenario: Scenario, seed: int | None = None) -> Iterator[Record]:

@@ -1,0 +1,290 @@
+"""services.analytics_pass on the real database: the first pass computes every
+stored record, a pass with nothing new does nothing, a late record is recomputed
+with what follows it (from the start of its hour, reloading W before with the
+plan of `service.analytics.state`, seeding the sessions that plan names), and the
+rollups and chart rows it leaves are the sums of the per-request values of one
+pass over every stored record (`compute_request_metrics`, summed here in plain
+Python)."""
+
+import random
+from collections import Counter
+from typing import Any
+
+import orjson
+import polars as pl
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service import repository
+from service.analytics.requests import CAUSES, compute_request_metrics
+from service.analytics.state import ReuseState, plan_from
+from service.models import AnalyticsState, ChartRollup, PrefixRollup, Rollup, UsageRecord
+from service.services import analytics_pass
+from service.services.analytics_pass import PassReport, catch_up
+from service.services.ingestion import ingest_usage
+from service.settings import Settings
+
+T0 = 1_764_399_600  # a whole hour (2025-11-29T07:00:00Z)
+US = 1_000_000
+HOUR_US = 3600 * US
+#: The sums checked against the per-request values (every one has a plain meaning).
+CHECKED = (
+    "requests",
+    "prompt_tokens",
+    "cached_tokens",
+    "fp_requests",
+    "cacheable_tokens",
+    "rewarm_tokens",
+    *[f"rewarms_{c}" for c in CAUSES],
+    "history_rewrites",
+    "hits",
+)
+Key = tuple[Any, ...]
+
+
+def rec(name: str, ts: float, blocks: list[int] | None, **extra: Any) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "request_id": name,
+        "ts": ts,
+        "service": extra.pop("service", "assistant"),
+        "model": extra.pop("model", "m"),
+        "prompt_tokens": extra.pop("prompt_tokens", 100 * len(blocks or [1, 2])),
+        "cached_tokens": extra.pop("cached_tokens", 0),
+        **extra,
+    }
+    if blocks is not None:
+        record |= {"block_size": 100, "block_hashes": blocks}
+    return record
+
+
+def traffic(n: int, seed: int, hours: float = 4.0) -> list[dict[str, Any]]:
+    """Shared prefixes on two replicas, sessions, some records without blocks."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        prefix = rng.randrange(4)
+        blocks = [prefix, 10 + prefix * 10 + rng.randrange(3), 1000 + i]
+        out.append(
+            rec(
+                f"t{seed}-{i}",
+                T0 + rng.uniform(0, hours * 3600),
+                blocks if rng.random() < 0.9 else None,
+                cached_tokens=rng.choice([0, 100, 200]),
+                replica=rng.choice(["a", "b", None]),
+                deploy=rng.choice(["v1", "v2"]),
+                ttft_ms=rng.uniform(50, 900),
+                session_id=rng.choice([None, f"s{rng.randrange(12)}"]),
+                service=rng.choice(["assistant", "search"]),
+            )
+        )
+    return out
+
+
+def store(session: Session, records: list[dict[str, Any]]) -> None:
+    body = b"\n".join(orjson.dumps({k: v for k, v in r.items() if v is not None}) for r in records)
+    outcome = ingest_usage(
+        session,
+        body,
+        content_encoding=None,
+        max_decompressed_bytes=1 << 26,
+        received_us=(T0 + 86_400) * US,
+    )
+    assert outcome.rejected == 0 and outcome.accepted == len(records), outcome.errors
+
+
+def one_pass(session: Session, window_s: float) -> pl.DataFrame:
+    """Every stored record with its values from one pass over all of them."""
+    records = repository.load_usage_frame(session)
+    results, _ = compute_request_metrics(records, window_s)
+    return records.drop("ts_us").join(results, on="id")
+
+
+def expected_sums(joined: pl.DataFrame, grain_s: int, by_scope: bool) -> dict[Key, Counter[str]]:
+    """The CHECKED sums per bucket (and per rollup key when `by_scope`), from the
+    per-request values, one request at a time."""
+    grain_us = grain_s * US
+    out: dict[Key, Counter[str]] = {}
+    for r in joined.iter_rows(named=True):
+        bucket = r["ts_us"] // grain_us * grain_us
+        scope = (r["service"], r["model"], r["deploy"] or "", r["replica"] or "")
+        sums = out.setdefault((bucket, *scope) if by_scope else (bucket,), Counter())
+        sums["requests"] += 1
+        sums["prompt_tokens"] += r["prompt_tokens"]
+        sums["cached_tokens"] += r["cached_tokens"]
+        sums["fp_requests"] += r["fingerprinted"]
+        sums["cacheable_tokens"] += r["cacheable_tokens"]
+        sums["rewarm_tokens"] += r["rewarm_tokens"]
+        if r["rewarm_cause"] is not None:
+            sums[f"rewarms_{r['rewarm_cause']}"] += 1
+        sums["history_rewrites"] += r["history_rewrite"]
+        sums["hits"] += r["is_hit"]
+    return {key: Counter({c: sums[c] for c in CHECKED}) for key, sums in out.items()}
+
+
+def rollup_sums(session: Session, grain_s: int) -> dict[Key, Counter[str]]:
+    keys = (Rollup.bucket_us, Rollup.service, Rollup.model, Rollup.deploy, Rollup.replica)
+    columns = [getattr(Rollup, c) for c in CHECKED]
+    rows = session.execute(select(*keys, *columns).where(Rollup.grain_s == grain_s)).all()
+    return {tuple(r[:5]): Counter(dict(zip(CHECKED, r[5:], strict=True))) for r in rows}
+
+
+def chart_sums(session: Session, grain_s: int) -> dict[Key, Counter[str]]:
+    """The chart rows answering 'everything' (level 3) at one grain."""
+    columns = [getattr(ChartRollup, c) for c in CHECKED]
+    query = select(ChartRollup.bucket_us, *columns).where(
+        ChartRollup.grain_s == grain_s, ChartRollup.level == 3
+    )
+    rows = session.execute(query).all()
+    return {(r[0],): Counter(dict(zip(CHECKED, r[1:], strict=True))) for r in rows}
+
+
+def prefix_requests(session: Session, grain_s: int) -> Counter[Key]:
+    query = select(PrefixRollup.bucket_us, PrefixRollup.first_key, PrefixRollup.requests).where(
+        PrefixRollup.grain_s == grain_s
+    )
+    out: Counter[Key] = Counter()
+    for bucket, key, requests in session.execute(query).all():
+        out[(bucket, key)] += requests
+    return out
+
+
+def assert_rollups_equal_one_pass(session: Session, window_s: float) -> pl.DataFrame:
+    joined = one_pass(session, window_s)
+    for grain_s in analytics_pass.GRAINS_S:
+        assert rollup_sums(session, grain_s) == expected_sums(joined, grain_s, True), grain_s
+    for grain_s in (60, 300, 3600, 86_400):
+        assert chart_sums(session, grain_s) == expected_sums(joined, grain_s, False), grain_s
+    fingerprinted = joined.filter(pl.col("fingerprinted"))
+    for grain_s in analytics_pass.PREFIX_GRAINS_S:
+        grain_us = grain_s * US
+        want = Counter(
+            (ts // grain_us * grain_us, key)
+            for ts, key in fingerprinted.select("ts_us", "first_key").iter_rows()
+        )
+        assert prefix_requests(session, grain_s) == want, grain_s
+    return joined
+
+
+def saved_state(session: Session) -> ReuseState:
+    blob = repository.get_state(session, analytics_pass.STATE)
+    assert blob is not None
+    return ReuseState.from_bytes(blob)
+
+
+def ordered(table: Any) -> Any:
+    return select(table).order_by(*table.primary_key.columns)
+
+
+def snapshot(session: Session) -> dict[str, list[dict[str, Any]]]:
+    """Every row the pass writes, ids included (a rewritten row gets a new id)."""
+    tables = {
+        "rollups": Rollup,
+        "prefix": PrefixRollup,
+        "chart": ChartRollup,
+        "state": AnalyticsState,
+    }
+    return {
+        name: [dict(r) for r in session.execute(ordered(model.__table__)).mappings()]
+        for name, model in tables.items()
+    }
+
+
+def ends_by(row: dict[str, Any], ts_us: int) -> bool:
+    return bool(row["bucket_us"] + row["grain_s"] * US <= ts_us)
+
+
+def test_a_first_pass_computes_every_stored_record(session: Session, settings: Settings) -> None:
+    records = traffic(300, seed=1)
+    store(session, records)
+    report = catch_up(session, settings)
+    assert report == PassReport(records=300, recomputed_from_us=None)
+    high = repository.max_usage_id(session)
+    assert repository.get_cursor(session, analytics_pass.CURSOR) == high
+    newest = max(repository.load_usage_frame(session).select("ts_us", "id").iter_rows())
+    assert saved_state(session).watermark == newest
+    joined = assert_rollups_equal_one_pass(session, settings.reuse_window_s)
+    # The data exercises what the sums count.
+    assert joined["cacheable_tokens"].sum() > 0 and joined["rewarm_cause"].null_count() < 300
+    assert joined["history_rewrite"].sum() > 0
+
+
+def test_a_second_pass_with_nothing_new_does_nothing(
+    session: Session, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store(session, traffic(200, seed=2))
+    catch_up(session, settings)
+    before = snapshot(session)
+
+    def no_compute(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a pass with nothing new computed something")
+
+    monkeypatch.setattr(analytics_pass, "compute_request_metrics", no_compute)
+    assert catch_up(session, settings) == PassReport(0, None)
+    assert snapshot(session) == before
+
+
+def test_a_late_record_is_recomputed_with_what_follows_it(
+    session: Session, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Session `s` opens in hour 0 and comes back, rewritten, in hour 3; a late
+    record in hour 3 warms the blocks of the request after it. Its recompute
+    starts at hour 3 and reloads from hour 2 (W = 1 h before), so `s`'s request
+    of hour 0 must be seeded for its hour-3 request to count as a rewrite."""
+    assert settings.reuse_window_s == 3600
+    store(session, traffic(200, seed=3))
+    first = rec("s-open", T0 + 600, [1, 2, 3, 4], session_id="s", replica="a")
+    back = rec("s-back", T0 + 3 * 3600 + 3000, [1, 9, 10], session_id="s", replica="a")
+    warmed = rec("warmed", T0 + 3 * 3600 + 1800, [50, 51, 52], replica="a", cached_tokens=200)
+    store(session, [first, back, warmed])
+    catch_up(session, settings)
+    state = saved_state(session)
+    before = snapshot(session)
+
+    calls: dict[str, list[Any]] = {"reload": [], "seeds": []}
+    real_load, real_seeds = repository.load_usage_frame, repository.load_session_seeds
+
+    def load(session: Session, **kwargs: Any) -> pl.DataFrame:
+        calls["reload"].append(kwargs.get("from_us"))
+        return real_load(session, **kwargs)
+
+    def seeds(session: Session, ids: Any, before_us: int, up_to_id: int) -> pl.DataFrame:
+        calls["seeds"].append((tuple(ids), before_us))
+        return real_seeds(session, ids, before_us, up_to_id)
+
+    monkeypatch.setattr(repository, "load_usage_frame", load)
+    monkeypatch.setattr(repository, "load_session_seeds", seeds)
+    late = rec("late", T0 + 3 * 3600 + 1200, [50, 51, 52], replica="b")
+    store(session, [late])
+    report = catch_up(session, settings)
+    monkeypatch.undo()
+
+    hour = T0 * US + 3 * HOUR_US
+    assert report == PassReport(records=1, recomputed_from_us=hour)  # the late one's hour
+    plan = plan_from(state, hour)
+    assert plan.reload_from_ts_us == hour - HOUR_US and "s" in plan.seed_sessions
+    # The batch, then the reload the plan asks for, with its seeds.
+    assert calls["reload"] == [None, plan.reload_from_ts_us]
+    assert calls["seeds"] == [(plan.seed_sessions, plan.reload_from_ts_us)]
+
+    joined = assert_rollups_equal_one_pass(session, settings.reuse_window_s)
+    ids = dict(session.execute(select(UsageRecord.request_id, UsageRecord.id)).all())
+    values = {r["id"]: r for r in joined.iter_rows(named=True)}
+    assert values[ids["s-back"]]["history_rewrite"]  # judged against the seeded opening
+    assert values[ids["warmed"]]["cacheable_tokens"] == 300  # the late record warmed it
+    # The buckets that end before the recomputed hour were kept, not rewritten.
+    after = snapshot(session)
+    for name in ("rollups", "prefix", "chart"):
+        kept = [r for r in before[name] if ends_by(r, hour)]
+        assert kept and kept == [r for r in after[name] if ends_by(r, hour)], name
+    assert after["chart"] != before["chart"]
+
+
+def test_a_new_window_recomputes_everything(session: Session, settings: Settings) -> None:
+    store(session, traffic(200, seed=4))
+    catch_up(session, settings)
+    shorter = settings.model_copy(update={"reuse_window_s": 60.0})
+    store(session, traffic(20, seed=5))
+    assert catch_up(session, shorter) == PassReport(records=20, recomputed_from_us=0)
+    assert saved_state(session).window_us == 60 * US
+    assert_rollups_equal_one_pass(session, 60.0)
