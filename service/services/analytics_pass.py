@@ -23,7 +23,7 @@ from service import repository
 from service.analytics.definitions import SUM_COLUMNS
 from service.analytics.requests import compute_request_metrics
 from service.analytics.state import UNBOUNDED_US, ReuseState, earliest_late, plan_from
-from service.repository import retention as retention_queries
+from service.repository import retention as retention_repo
 from service.rollups import aggregate
 from service.services import chart_rollups
 from service.settings import Settings
@@ -84,7 +84,7 @@ def catch_up(session: Session, settings: Settings) -> PassReport:
 def _exact_from(session: Session, window_us: int) -> int:
     """The first hour whose results can still be rebuilt exactly: every record from
     W before it is on record (retention deletes only before its horizon)."""
-    horizon = retention_queries.get_horizon(session)
+    horizon = retention_repo.get_horizon(session)
     if horizon is None:
         return 0
     if window_us >= UNBOUNDED_US:  # W made unbounded after retention ran: best effort

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from service.analytics.definitions import ratios
 from service.simulate.cache import ReplicaCache, key_hash
 from service.simulate.prompt import EMPTY, Hashed, Piece, hash_prompt, mix64
 from service.simulate.scenario import (
@@ -53,8 +54,11 @@ class SimulationResult:
     events: list[dict[str, Any]]
 
     def hit_rate(self) -> float:
-        prompt = sum(r["prompt_tokens"] for r in self.records)
-        return sum(r["cached_tokens"] for r in self.records) / prompt if prompt else 0.0
+        """The hit rate (RATIOS["hit_rate"]) of every simulated request; 0.0 for none."""
+        sums = {
+            name: sum(r[name] for r in self.records) for name in ("cached_tokens", "prompt_tokens")
+        }
+        return ratios(sums, ["hit_rate"])["hit_rate"] or 0.0
 
 
 @dataclass(slots=True)
