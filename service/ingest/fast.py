@@ -23,6 +23,14 @@ Two entry points:
 
 `decode_lines` decodes a whole NDJSON body at once for `service.ingest.bulk`, and
 `record_values` builds the row as the tuple the database takes, skipping the dict.
+
+What the row is comes from `service.usage_row`, as on the validated path: the
+text fields' lengths (`_text`) and how JSON columns are written (`json_as_text`).
+Two things are written out in `record_values` instead, for speed, and
+tests/ingest/test_usage_row.py holds both to `usage_row`: the order of the tuple
+(built from locals; a dict to pick the columns from cost seven times as much) and
+the NUL check of `usage_row.TEXT_FIELDS` (a loop over them cost three times as
+much: a tenth of the per-line path).
 """
 
 import struct
@@ -38,11 +46,14 @@ from service.ingest.records import (
     MAX_ATTRIBUTES,
     MAX_BLOCK_SIZE,
     MAX_BLOCKS,
+    MAX_HASH_LENGTH,
     MAX_MS,
+    MAX_SEGMENT_NAME_LENGTH,
     MAX_SEGMENTS,
     provider_usage_fields,
 )
 from service.ingest.timestamps import END_S, MAX_FUTURE_US, parse_ts
+from service.usage_row import TEXT_FIELDS_BY_NAME, json_as_text
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -55,17 +66,21 @@ _MAX_MS = float(MAX_MS)
 Int64 = Annotated[int, Meta(ge=_INT64_MIN, le=_INT64_MAX)]
 Count = Annotated[int, Meta(ge=0, le=_INT64_MAX)]
 Millis = Annotated[int, Meta(ge=0, le=MAX_MS)] | Annotated[float, Meta(ge=0, le=_MAX_MS)]
-Label = Annotated[str, Meta(max_length=200)]
-Name100 = Annotated[str, Meta(min_length=1, max_length=100)]
-Name200 = Annotated[str, Meta(min_length=1, max_length=200)]
 # Hash ints are unbounded here (uint64 hashes are common) and range-checked below.
-HashValue = Label | int
+HashValue = Annotated[str, Meta(max_length=MAX_HASH_LENGTH)] | int
 Attributes = Annotated[dict[str, str | bool | Int64 | float], Meta(max_length=MAX_ATTRIBUTES)]
 BlockHashes = Annotated[list[HashValue], Meta(max_length=MAX_BLOCKS)]
 
 
+def _text(name: str) -> Meta:
+    """The length constraint of the text field `name` (`usage_row.TEXT_FIELDS`),
+    as `records._text` gives it to pydantic."""
+    field = TEXT_FIELDS_BY_NAME[name]
+    return Meta(min_length=field.min_length or None, max_length=field.max_length)
+
+
 class _Segment(msgspec.Struct, gc=False):
-    name: Name200
+    name: Annotated[str, Meta(min_length=1, max_length=MAX_SEGMENT_NAME_LENGTH)]
     hash: HashValue
     tokens: Count
 
@@ -79,23 +94,23 @@ class _Fields(msgspec.Struct, gc=False):
     a provider `usage` can supply are UNSET when absent, as fields on the record
     win over `usage` even when null."""
 
-    request_id: Name200
+    request_id: Annotated[str, _text("request_id")]
     ts: str | Int64 | float
-    service: Name100
-    model: Name200
+    service: Annotated[str, _text("service")]
+    model: Annotated[str, _text("model")]
     prompt_tokens: Count | UnsetType = UNSET
     cached_tokens: Count | UnsetType = UNSET
     completion_tokens: Count | UnsetType | None = UNSET
     ttft_ms: Millis | None = None
     latency_ms: Millis | None = None
-    replica: Label | None = None
-    deploy: Label | None = None
-    session_id: Label | None = None
-    cache_key: Label | None = None
-    tenant: Label | None = None
+    replica: Annotated[str, _text("replica")] | None = None
+    deploy: Annotated[str, _text("deploy")] | None = None
+    session_id: Annotated[str, _text("session_id")] | None = None
+    cache_key: Annotated[str, _text("cache_key")] | None = None
+    tenant: Annotated[str, _text("tenant")] | None = None
     block_size: Annotated[int, Meta(gt=0, le=MAX_BLOCK_SIZE)] | None = None
     block_hashes: BlockHashes | None = None
-    prefix_hash: Name200 | None = None
+    prefix_hash: Annotated[str, _text("prefix_hash")] | None = None
     prefix_tokens: Count | None = None
     attributes: Attributes | None = None
 
@@ -178,23 +193,11 @@ def _apply_usage(record: FastRecord, usage: Any) -> bool:
 def record_values(
     record: FastRecord, received_us: int, *, check_nul: bool = True
 ) -> tuple[Any, ...] | None:
-    """The row as a tuple in `VALUE_COLUMNS` order with JSON columns as JSON text,
-    what `repository.usage_row_values(to_row(UsageRecordIn.model_validate(...)))`
+    """The row as a tuple in `usage_row.USAGE_COLUMNS` order with JSON columns as
+    JSON text, what `usage_row_values(to_row(UsageRecordIn.model_validate(...)))`
     gives, or None when pydantic's cross-field checks (or anything else) would refuse it.
-    `check_nul=False` only when the caller knows no string can hold NUL."""
-    values = _values(record, received_us, check_nul=check_nul)
-    if values is None or (values[_SEGMENTS] is None and values[_ATTRIBUTES] is None):
-        return values
-    patched = list(values)
-    for i in (_SEGMENTS, _ATTRIBUTES):
-        if patched[i] is not None:
-            patched[i] = orjson.dumps(patched[i]).decode()
-    return tuple(patched)
-
-
-def _values(record: FastRecord, received_us: int, *, check_nul: bool) -> tuple[Any, ...] | None:
-    """Every check of `UsageRecordIn` the types left, and the row in VALUE_COLUMNS
-    order (segments and attributes as values), or None to fall back."""
+    `check_nul=False` only when the caller knows no string can hold NUL. One
+    function, the checks the types left and the row: a call per record costs 4%."""
     prompt_tokens = record.prompt_tokens
     if prompt_tokens is UNSET:
         return None
@@ -209,7 +212,8 @@ def _values(record: FastRecord, received_us: int, *, check_nul: bool) -> tuple[A
     request_id, service, model = record.request_id, record.service, record.model
     replica, deploy, session_id = record.replica, record.deploy, record.session_id
     cache_key, tenant, prefix_hash = record.cache_key, record.tenant, record.prefix_hash
-    # PostgreSQL text cannot hold NUL: UsageRecordIn refuses it in these fields.
+    # PostgreSQL text cannot hold NUL: every one of `usage_row.TEXT_FIELDS`, in
+    # its order, written out (see the module's docstring).
     if check_nul and (
         "\x00" in request_id
         or "\x00" in service
@@ -252,7 +256,8 @@ def _values(record: FastRecord, received_us: int, *, check_nul: bool) -> tuple[A
         return None
     if ts_us - received_us > MAX_FUTURE_US:
         return None  # UsageRecordIn, given the received time, says why
-    return (
+    attributes = record.attributes
+    row = (  # in USAGE_COLUMNS order
         request_id,
         ts_us,
         received_us,
@@ -274,38 +279,11 @@ def _values(record: FastRecord, received_us: int, *, check_nul: bool) -> tuple[A
         prefix_key,
         prefix_tokens,
         segments,
-        record.attributes,
+        attributes,
     )
-
-
-# The columns of `usage_records` but `id`, in table order (= repository.USAGE_COLUMNS,
-# which a test checks): the order of `record_values`.
-VALUE_COLUMNS = (
-    "request_id",
-    "ts_us",
-    "received_us",
-    "service",
-    "model",
-    "prompt_tokens",
-    "cached_tokens",
-    "completion_tokens",
-    "ttft_ms",
-    "latency_ms",
-    "replica",
-    "deploy",
-    "session_id",
-    "cache_key",
-    "tenant",
-    "block_size",
-    "block_hashes",
-    "prefix_hash",
-    "prefix_key",
-    "prefix_tokens",
-    "segments",
-    "attributes",
-)
-_SEGMENTS = VALUE_COLUMNS.index("segments")
-_ATTRIBUTES = VALUE_COLUMNS.index("attributes")
+    if segments is None and attributes is None:
+        return row  # no JSON to write as text (most records): no call
+    return json_as_text(row)
 
 
 def _pack(hashes: list[str | int]) -> bytes | None:

@@ -18,14 +18,23 @@ from pydantic import (
 
 from service.ingest.hashing import hash_key, pack_block_hashes
 from service.ingest.timestamps import check_not_future, parse_ts
+from service.usage_row import TEXT_FIELD_NAMES, TEXT_FIELDS_BY_NAME
 
 MAX_BLOCKS = 8192
 MAX_SEGMENTS = 1024
 MAX_ATTRIBUTES = 32
+# A block's or a segment's hash given as text, and a segment's name: values inside
+# the row's blob and JSON, not text columns of their own (service.usage_row).
+MAX_HASH_LENGTH = 200
+MAX_SEGMENT_NAME_LENGTH = 200
 
 
-def _name(max_length: int) -> Any:
-    return Field(min_length=1, max_length=max_length)
+def _text(name: str) -> Any:
+    """The length constraint of the text field `name` (`usage_row.TEXT_FIELDS`).
+    A field that may be empty gets no minimum at all, not a minimum of 0, so that
+    its JSON schema stays as it was."""
+    field = TEXT_FIELDS_BY_NAME[name]
+    return Field(min_length=field.min_length or None, max_length=field.max_length)
 
 
 # Counts are stored as 64-bit integers: a larger one is refused here, not by the database.
@@ -47,45 +56,47 @@ def _milliseconds(value: Any) -> Any:
 
 
 Millis = Annotated[StrictInt | StrictFloat, Field(ge=0, le=MAX_MS), BeforeValidator(_milliseconds)]
-Label = Annotated[StrictStr, Field(max_length=200)]
+HashText = Annotated[StrictStr, Field(max_length=MAX_HASH_LENGTH)]
 
 
 class Segment(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    name: Annotated[StrictStr, _name(200)]
-    hash: Annotated[StrictStr, Field(max_length=200)] | StrictInt
+    name: Annotated[StrictStr, Field(min_length=1, max_length=MAX_SEGMENT_NAME_LENGTH)]
+    hash: HashText | StrictInt
     tokens: Count
 
 
 class UsageRecordIn(BaseModel):
     """A usage record as sent. Unknown top-level fields are ignored."""
 
+    # (Not in the docstring, which is the JSON schema's description.) The text
+    # fields' lengths are `usage_row.TEXT_FIELDS`, as on the fast path.
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
-    request_id: Annotated[StrictStr, _name(200)]
+    request_id: Annotated[StrictStr, _text("request_id")]
     ts: Annotated[int, BeforeValidator(parse_ts)]
-    service: Annotated[StrictStr, _name(100)]
-    model: Annotated[StrictStr, _name(200)]
+    service: Annotated[StrictStr, _text("service")]
+    model: Annotated[StrictStr, _text("model")]
     prompt_tokens: Count
     cached_tokens: Count = 0
     completion_tokens: Count | None = None
     ttft_ms: Millis | None = None
     latency_ms: Millis | None = None
-    replica: Label | None = None
-    deploy: Label | None = None
-    session_id: Label | None = None
-    cache_key: Label | None = None
-    tenant: Label | None = None
+    replica: Annotated[StrictStr, _text("replica")] | None = None
+    deploy: Annotated[StrictStr, _text("deploy")] | None = None
+    session_id: Annotated[StrictStr, _text("session_id")] | None = None
+    cache_key: Annotated[StrictStr, _text("cache_key")] | None = None
+    tenant: Annotated[StrictStr, _text("tenant")] | None = None
     block_size: Annotated[StrictInt, Field(gt=0, le=MAX_BLOCK_SIZE)] | None = None
     block_hashes: (
         Annotated[
-            list[Annotated[StrictStr, Field(max_length=200)] | StrictInt],
+            list[HashText | StrictInt],
             Field(max_length=MAX_BLOCKS),
         ]
         | None
     ) = None
-    prefix_hash: Annotated[StrictStr, _name(200)] | None = None
+    prefix_hash: Annotated[StrictStr, _text("prefix_hash")] | None = None
     prefix_tokens: Count | None = None
     segments: Annotated[list[Segment], Field(max_length=MAX_SEGMENTS)] | None = None
     attributes: (
@@ -106,7 +117,7 @@ class UsageRecordIn(BaseModel):
     @model_validator(mode="after")
     def _check_consistency(self, info: ValidationInfo) -> "UsageRecordIn":
         # PostgreSQL text cannot hold NUL; refuse it here rather than fail the batch.
-        for name in _TEXT_FIELDS:
+        for name in TEXT_FIELD_NAMES:
             value = getattr(self, name)
             if value is not None and "\x00" in value:
                 raise ValueError(f"{name} must not contain NUL characters")
@@ -126,19 +137,6 @@ def received_context(received_us: int) -> dict[str, int]:
     """The validation context of a record received at `received_us`:
     `UsageRecordIn.model_validate(value, context=received_context(t))`."""
     return {"received_us": received_us}
-
-
-_TEXT_FIELDS = (
-    "request_id",
-    "service",
-    "model",
-    "replica",
-    "deploy",
-    "session_id",
-    "cache_key",
-    "tenant",
-    "prefix_hash",
-)
 
 
 def _count(value: Any) -> Any:

@@ -4,26 +4,24 @@ nothing here commits."""
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain
-from operator import itemgetter
 from typing import Any, cast
 
-import orjson
 import psycopg
 from sqlalchemy import Table, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from service.models import (
-    RejectedRecord,
-    UsageRecord,
-)
+from service.models import RejectedRecord
 from service.repository.locks import HOLD_INGEST_LOCK
 from service.repository.sqlite_insert import plan_inserts
 
-USAGE_TABLE = cast(Table, UsageRecord.__table__)
+# The row is described in `service.usage_row` (both ingest paths build it there);
+# re-exported here, where the repository's callers have always found them.
+from service.usage_row import USAGE_COLUMNS as USAGE_COLUMNS
+from service.usage_row import USAGE_TABLE as USAGE_TABLE
+from service.usage_row import usage_row_values as usage_row_values
+
 REJECTED_TABLE = cast(Table, RejectedRecord.__table__)
-USAGE_COLUMNS = tuple(c.name for c in USAGE_TABLE.columns if c.name != "id")
-_JSON_COLUMNS = {"segments", "attributes"}
 
 
 def insert_usage_values(session: Session, values: Iterable[tuple[Any, ...]]) -> int:
@@ -50,26 +48,6 @@ def _insert_sqlite(session: Session, values: Sequence[tuple[Any, ...]]) -> int:
     max_variables = driver.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
     plan = plan_inserts("usage_records", USAGE_COLUMNS, "request_id", values, max_variables)
     return sum(connection.exec_driver_sql(i.statement, i.parameters).rowcount for i in plan)
-
-
-_USAGE_VALUES = itemgetter(*USAGE_COLUMNS)
-_JSON_POSITIONS = [i for i, name in enumerate(USAGE_COLUMNS) if name in _JSON_COLUMNS]
-
-
-def usage_row_values(row: dict[str, Any]) -> tuple[Any, ...]:
-    """The row in USAGE_COLUMNS order, JSON columns as JSON text and None as SQL
-    NULL: what both the SQLite executemany and the PostgreSQL COPY take."""
-    values: tuple[Any, ...] = _USAGE_VALUES(row)
-    for i in _JSON_POSITIONS:  # a loop, not all(genexpr): 5x cheaper, once per row
-        if values[i] is not None:
-            break
-    else:
-        return values
-    patched = list(values)
-    for i in _JSON_POSITIONS:
-        if patched[i] is not None:
-            patched[i] = orjson.dumps(patched[i]).decode()
-    return tuple(patched)
 
 
 _COLUMNS = ", ".join(USAGE_COLUMNS)

@@ -13,7 +13,6 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from service import repository
-from service.ingest import fast
 from service.ingest.body import UndecodableBody
 from service.ingest.bulk import CHUNK_BYTES, NotBulk, bulk_rows
 from tests.ingest.test_fast import (
@@ -62,10 +61,6 @@ def assert_bulk_agrees(body: bytes) -> list[tuple[Any, ...]] | None:
         assert expected is not None, "bulk took a body the per-line path rejects part of"
         assert [repr(v) for v in bulk] == [repr(v) for v in expected]
     return bulk
-
-
-def test_values_are_in_the_tables_column_order() -> None:
-    assert tuple(repository.USAGE_COLUMNS) == fast.VALUE_COLUMNS
 
 
 @SETTINGS

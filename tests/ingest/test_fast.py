@@ -32,6 +32,7 @@ from service.ingest.records import (
 )
 from service.repository import usage_row_values
 from service.services.ingestion import _request_id_of, _validate
+from service.usage_row import TEXT_FIELD_NAMES, TEXT_FIELDS, TEXT_FIELDS_BY_NAME, USAGE_COLUMNS
 
 RECEIVED_US = 1_764_410_400_000_000
 # A deeper run: CACHEWATCH_FAST_PATH_EXAMPLES=20000 pytest tests/ingest/test_fast.py
@@ -606,7 +607,7 @@ def near_valid_records(draw: st.DrawFn) -> dict[str, Any]:
             record.pop("block_size", None)
             record.pop("prefix_tokens", None)
         elif mutation == 2:
-            name = draw(st.sampled_from(TEXT_FIELDS))
+            name = draw(st.sampled_from(TEXT_FIELD_NAMES))
             record[name] = draw(texts(0, 5)) + "\x00"
         elif mutation == 3:
             record["ts"] = draw(st.sampled_from(["2026-11-29T25:00:00Z", "x" * 65, -1, 1e300]))
@@ -624,16 +625,17 @@ def _limit(n: int) -> st.SearchStrategy[int]:
     return st.sampled_from([0, 1] if n == 1 else [n, n + 1])
 
 
-_TEXT_LIMITS = {"service": 100} | dict.fromkeys(
-    ["request_id", "model", "replica", "deploy", "session_id", "cache_key", "tenant"], 200
-)
+# prefix_hash needs prefix_tokens: below.
+_TEXT_LIMITS = {f.name: f.max_length for f in TEXT_FIELDS if f.name != "prefix_hash"}
+_NON_EMPTY = [f.name for f in TEXT_FIELDS if f.min_length and f.name != "prefix_hash"]
+_PREFIX_HASH = TEXT_FIELDS_BY_NAME["prefix_hash"]
 # Fields that, at or just past one of their limits, replace a record's own.
 at_a_limit = st.one_of(
     st.sampled_from(list(_TEXT_LIMITS.items())).flatmap(
         lambda item: _limit(item[1]).flatmap(_sized).map(lambda text: {item[0]: text})
     ),
-    st.sampled_from(["request_id", "service", "model"]).map(lambda name: {name: ""}),
-    st.sampled_from([0, 1, 200, 201])
+    st.sampled_from(_NON_EMPTY).map(lambda name: {name: ""}),
+    st.sampled_from([0, 1, _PREFIX_HASH.max_length, _PREFIX_HASH.max_length + 1])
     .flatmap(_sized)
     .map(lambda text: {"prefix_hash": text, "prefix_tokens": 1}),
     st.sampled_from([200, 201])
@@ -648,19 +650,6 @@ at_a_limit = st.one_of(
         )
     ),
 )
-
-
-TEXT_FIELDS = [
-    "request_id",
-    "service",
-    "model",
-    "replica",
-    "deploy",
-    "session_id",
-    "cache_key",
-    "tenant",
-    "prefix_hash",
-]
 
 
 lines = st.builds(
@@ -808,7 +797,7 @@ def test_fast_rows(fields: bytes, column: str, expected: Any) -> None:
     reference, _ = reference_validate(orjson.loads(line))
     assert row is not None and repr(row) == repr(reference)
     if expected is not None:
-        value = dict(zip(fast.VALUE_COLUMNS, row, strict=True))[column]
+        value = dict(zip(USAGE_COLUMNS, row, strict=True))[column]
         if column in ("segments", "attributes"):  # stored as JSON text
             value = orjson.loads(value)
         assert repr(value) == repr(expected)
@@ -843,7 +832,7 @@ def test_a_fast_line_decodes_its_value_only_when_asked() -> None:
     assert item.value == orjson.loads(line)
     row, error = _validate(item, RECEIVED_US)
     assert error is None and row is not None
-    stored = dict(zip(fast.VALUE_COLUMNS, row, strict=True))
+    stored = dict(zip(USAGE_COLUMNS, row, strict=True))
     assert (stored["prompt_tokens"], stored["cached_tokens"], stored["completion_tokens"]) == (
         5,
         0,
