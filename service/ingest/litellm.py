@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from service.ingest.body import BodyItem
 from service.ingest.records import UsageRecordIn
+from service.usage_row import TEXT_FIELDS_BY_NAME
 
 DEFAULT_SERVICE = "litellm"
 # Record fields a caller may set in its request metadata, as `cachewatch_<field>`
@@ -87,6 +88,10 @@ def _team(metadata: dict[str, Any]) -> Any:
     return metadata.get("user_api_key_team_alias") or metadata.get("user_api_key_alias")
 
 
+#: A replica name is cut to what the column holds.
+_REPLICA_CHARS = TEXT_FIELDS_BY_NAME["replica"].max_length
+
+
 def _replica(payload: dict[str, Any]) -> str | None:
     """Where the KV cache lives: the engine endpoint (api_base, as host[:port]), else
     the router's deployment id. Two deployments of one engine share its cache."""
@@ -97,10 +102,10 @@ def _replica(payload: dict[str, Any]) -> str | None:
                 netloc = urlsplit(base).netloc
             except ValueError:
                 netloc = ""
-            return (netloc or base)[:200]
+            return (netloc or base)[:_REPLICA_CHARS]
     for model_id in (payload.get("model_id"), hidden.get("model_id")):
         if isinstance(model_id, str) and model_id:
-            return model_id[:200]
+            return model_id[:_REPLICA_CHARS]
     return None
 
 

@@ -21,6 +21,7 @@ from service.ingest.records import (
     to_row,
 )
 from service.services.rejected import rejected_row
+from service.usage_row import TEXT_FIELDS_BY_NAME
 
 MAX_REPORTED_ERRORS = 100
 REJECTED_BATCH = 2000  # rejected records written at a time (see _RejectedRows)
@@ -167,9 +168,18 @@ def _validate(item: BodyItem, received_us: int) -> tuple[tuple[Any, ...] | None,
     return repository.usage_row_values(to_row(validated, received_us)), None
 
 
+_REQUEST_ID = TEXT_FIELDS_BY_NAME["request_id"]
+
+
 def _request_id_of(value: Any) -> str | None:
+    """The `request_id` a rejected record names, when it is one the store could
+    hold (within the column's limits, no NUL): shown beside its error."""
     if isinstance(value, dict):
         request_id = value.get("request_id")
-        if isinstance(request_id, str) and 0 < len(request_id) <= 200 and "\x00" not in request_id:
+        if (
+            isinstance(request_id, str)
+            and _REQUEST_ID.min_length <= len(request_id) <= _REQUEST_ID.max_length
+            and "\x00" not in request_id
+        ):
             return request_id
     return None
