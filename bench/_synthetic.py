@@ -66,9 +66,11 @@ def requests(n: int, start_us: int = START_US, seed: int = 42) -> pl.DataFrame:
             "ttft_ms": ttft,
             "replica": np.array([f"pod-{k}" for k in range(REPLICAS)])[replica],
             "deploy": np.where(ts < switch_us, "v0", "v1"),
-            "session_id": np.where(
-                rng.random(n) < 0.8, np.char.add("s", sess.astype(str)), np.array(None)
-            ),
+            # A String column from the start: polars 2 infers an object array with
+            # None as Object past its first rows, which IPC cannot write.
+            "session_id": pl.Series(
+                np.char.add("s", sess.astype(str)).tolist(), dtype=pl.String
+            ).set(pl.Series(rng.random(n) >= 0.8), None),
             "block_size": np.full(n, BLOCK_SIZE, dtype=np.int64),
             "block_hashes": pl.Series(blobs, dtype=pl.Binary),
             "prefix_key": pl.Series([None] * n, dtype=pl.Int64),

@@ -218,8 +218,8 @@ def w_query(p: Params) -> Params:
     timed(repository, "fetch_prefix_keys")
     series_mod = getattr(metrics_mod, "series_path", None)  # the chart-rollup read path
     if series_mod is not None:
-        timed(series_mod.queries, "chart_extent")
-        timed(series_mod.queries, "fetch_series_rows")
+        timed(series_mod.series_repo, "chart_extent")
+        timed(series_mod.series_repo, "fetch_series_rows")
         timed(series_mod, "summarize")
         timed(series_mod, "single_row_buckets")
         timed(series_mod, "_totals")

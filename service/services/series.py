@@ -33,14 +33,12 @@ from service.analytics.definitions import (
     REWARM_TOKEN_COLUMNS,
     SUM_COLUMNS,
     ratio_expr,
-    ratios,
 )
 from service.repository import series as series_repo
 from service.repository.series import Segment
 from service.rollups import chart
 
 MINUTE_US = 60 * 1_000_000
-Percentiles = dict[str, float | None]
 #: Buckets a request may span over its data: every minute of a week, every 5
 #: minutes of a month, every hour of 14 months. Beyond it the answer is refused
 #: (400) rather than slow: the cost is about one row and one output object per
@@ -173,48 +171,41 @@ def summarize(rows: pl.DataFrame, bucket_us: int) -> list[dict[str, Any]]:
     outs = sums["out"].to_numpy()
     n = len(outs)
     group = np.searchsorted(outs, rows["out"].to_numpy()).astype(np.int64)
-    ttft = {o: _percentiles(rows[f"ttft_{o}"], group, n) for o in ("hit", "miss")}
-    merged = _bucket_rows(
+    return _answers(
         sums.with_columns(
             pl.Series("replicas", _distinct_replicas(rows["replicas"], group, n)),
             pl.Series("distinct_prefixes", _distinct_keys(rows["first_keys"], group, n)),
-        )
+            *_percentile_columns(rows, group, n),
+        ),
+        with_ts=True,
     )
-    return [_bucket(row, ttft["hit"][i], ttft["miss"][i]) for i, row in enumerate(merged)]
 
 
 def single_row_buckets(rows: pl.DataFrame) -> list[dict[str, Any]]:
     """Chart rows (ROW_COLUMNS), one per bucket, as buckets."""
-    rows = rows.sort("bucket_us")
-    merged = _bucket_rows(
-        rows.rename(
-            {"bucket_us": "out", "replica_count": "replicas", "prefix_count": "distinct_prefixes"}
-        )
+    renamed = rows.sort("bucket_us").rename(
+        {"bucket_us": "out", "replica_count": "replicas", "prefix_count": "distinct_prefixes"}
     )
-    ttft = {
-        o: [
-            {"p50": p50, "p95": p95} if p50 is not None else None
-            for p50, p95 in zip(
-                rows[f"ttft_{o}_p50"].to_list(), rows[f"ttft_{o}_p95"].to_list(), strict=True
-            )
-        ]
-        for o in ("hit", "miss")
-    }
-    return [_bucket(row, ttft["hit"][i], ttft["miss"][i]) for i, row in enumerate(merged)]
+    return _answers(renamed, with_ts=True)
 
 
 def _totals(rows: pl.DataFrame) -> dict[str, Any]:
     """The totals over chart rows (SERIES_COLUMNS): sums, histograms merged, sets
     united."""
-    sums = {name: int(rows[name].sum()) for name in SUM_COLUMNS}
+    sums = rows.select(pl.col(SUM_COLUMNS).sum())
     if rows.is_empty():
-        return metric_values(sums, 0, 0, {})
+        return metric_values(dict.fromkeys(SUM_COLUMNS, 0), 0, 0, {})
     one = np.zeros(rows.height, np.int64)
-    ttft = {o: _percentiles(rows[f"ttft_{o}"], one, 1)[0] for o in ("hit", "miss")}
     names = rows["replicas"].str.json_decode(pl.List(pl.Utf8)).explode().drop_nulls()
     keys, _ = chart.decode_keys(rows["first_keys"])
-    present = {o: v for o, v in ttft.items() if v}
-    return metric_values(sums, names.n_unique(), len(np.unique(keys)), present)
+    return _answers(
+        sums.with_columns(
+            pl.lit(names.n_unique(), pl.Int64).alias("replicas"),
+            pl.lit(len(np.unique(keys)), pl.Int64).alias("distinct_prefixes"),
+            *_percentile_columns(rows, one, 1),
+        ),
+        with_ts=False,
+    )[0]
 
 
 @contextmanager
@@ -233,63 +224,76 @@ def _no_gc() -> Iterator[None]:
 
 #: The ratios a bucket (and the totals) answers, by their RATIOS names.
 _RATIOS = ("hit_rate", "cacheable_fraction", "capture_ratio", "rewarm_share", "unique_prefix_ratio")
+_OUTCOMES = ("hit", "miss")
 
 
-def _bucket_rows(sums: pl.DataFrame) -> list[dict[str, Any]]:
-    """Merged rows (sums per `out` bucket, `replicas`, `distinct_prefixes`) with
-    their time and ratios, computed for all buckets at once, as one dict each."""
-    return sums.with_columns(
-        pl.from_epoch("out", "us").dt.strftime("%Y-%m-%dT%H:%M:%SZ").alias("ts"),
-        *[ratio_expr(name) for name in _RATIOS],
-    ).to_dicts()
+def _by_cause(columns: tuple[str, ...]) -> list[pl.Expr]:
+    return [pl.col(n).alias(c) for c, n in zip(CAUSES, columns, strict=True)]
 
 
-_EMPTY: Percentiles = {"p50": None, "p95": None}
+def _contract_exprs() -> list[pl.Expr]:
+    """A bucket's (or the totals') figures in the contract's shape (section 6), as
+    Polars expressions over a frame of the sums by their stored names
+    (`SUM_COLUMNS`), `distinct_prefixes`, `replicas`, and the TTFT percentiles
+    `ttft_{hit,miss}_{p50,p95}` (null: no TTFT). Nested objects are structs, so one
+    `to_dicts` builds every answer: a month of 5-minute buckets is 8,640 of them,
+    and a Python step per value would cost more than reading the rows."""
+
+    def ttft(outcome: str) -> pl.Expr:
+        p50, p95 = pl.col(f"ttft_{outcome}_p50"), pl.col(f"ttft_{outcome}_p95")
+        return pl.struct(p50.alias("p50"), p95.alias("p95")).alias(outcome)
+
+    return [
+        pl.col("requests"),
+        pl.col("prompt_tokens"),
+        pl.col("cached_tokens"),
+        ratio_expr("hit_rate"),
+        pl.col("fp_requests").alias("fingerprinted_requests"),
+        pl.col("fp_prompt_tokens").alias("fingerprinted_prompt_tokens"),
+        pl.col("cacheable_tokens"),
+        ratio_expr("cacheable_fraction"),
+        ratio_expr("capture_ratio"),
+        pl.struct(
+            pl.sum_horizontal(REWARM_COLUMNS).alias("total"), *_by_cause(REWARM_COLUMNS)
+        ).alias("rewarms"),
+        pl.col("rewarm_tokens"),
+        pl.struct(*_by_cause(REWARM_TOKEN_COLUMNS)).alias("rewarm_tokens_by_cause"),
+        ratio_expr("rewarm_share"),
+        pl.col("history_rewrites"),
+        pl.col("session_requests"),
+        ratio_expr("unique_prefix_ratio"),
+        pl.col("hits"),
+        pl.col("misses"),
+        pl.struct(*[ttft(o) for o in _OUTCOMES]).alias("ttft_ms"),
+        pl.col("replicas"),
+    ]
 
 
-def _bucket(
-    row: dict[str, Any], hit: "Percentiles | None", miss: "Percentiles | None"
-) -> dict[str, Any]:
-    """One bucket from a row of `_bucket_rows`: its time, then `contract_values`."""
-    return {"ts": row["ts"], **contract_values(row, hit, miss)}
+_CONTRACT = _contract_exprs()
+_TS = pl.from_epoch("out", "us").dt.strftime("%Y-%m-%dT%H:%M:%SZ").alias("ts")
 
 
-def contract_values(
-    v: Mapping[str, Any], hit: "Percentiles | None", miss: "Percentiles | None"
-) -> dict[str, Any]:
-    """A bucket's (or the totals') figures in the contract's shape (section 6), from
-    the sums by their stored names (`SUM_COLUMNS`), the `_RATIOS` already taken,
-    `replicas`, and the TTFT percentiles of hits and misses (None: no TTFT)."""
-    rewarms = {c: v[n] for c, n in zip(CAUSES, REWARM_COLUMNS, strict=True)}
-    return {
-        "requests": v["requests"],
-        "prompt_tokens": v["prompt_tokens"],
-        "cached_tokens": v["cached_tokens"],
-        "hit_rate": v["hit_rate"],
-        "fingerprinted_requests": v["fp_requests"],
-        "fingerprinted_prompt_tokens": v["fp_prompt_tokens"],
-        "cacheable_tokens": v["cacheable_tokens"],
-        "cacheable_fraction": v["cacheable_fraction"],
-        "capture_ratio": v["capture_ratio"],
-        "rewarms": {"total": sum(rewarms.values()), **rewarms},
-        "rewarm_tokens": v["rewarm_tokens"],
-        "rewarm_tokens_by_cause": {
-            c: v[n] for c, n in zip(CAUSES, REWARM_TOKEN_COLUMNS, strict=True)
-        },
-        "rewarm_share": v["rewarm_share"],
-        "history_rewrites": v["history_rewrites"],
-        "session_requests": v["session_requests"],
-        "unique_prefix_ratio": v["unique_prefix_ratio"],
-        "hits": v["hits"],
-        "misses": v["misses"],
-        "ttft_ms": {"hit": hit or dict(_EMPTY), "miss": miss or dict(_EMPTY)},
-        "replicas": v["replicas"],
-    }
+def _answers(frame: pl.DataFrame, *, with_ts: bool) -> list[dict[str, Any]]:
+    """Each row of `frame` (see `_contract_exprs`; with `ts`, an `out` column of
+    bucket starts) in the contract's shape."""
+    return frame.select(*([_TS] if with_ts else []), *_CONTRACT).to_dicts()
+
+
+def _percentile_columns(rows: pl.DataFrame, group: np.ndarray, n: int) -> list[pl.Series]:
+    """`ttft_{hit,miss}_{p50,p95}` of each of the n groups of chart rows: their
+    histograms merged; null where no request of the group had a TTFT."""
+    columns = []
+    for outcome in _OUTCOMES:
+        values, present = chart.group_percentiles(rows[f"ttft_{outcome}"], group, n)
+        for i, name in enumerate(("p50", "p95")):
+            column = pl.Series(f"ttft_{outcome}_{name}", values[:, i], pl.Float64)
+            columns.append(column.set(pl.Series(~present), None))
+    return columns
 
 
 def contract_sums(bucket: Mapping[str, Any]) -> dict[str, float]:
     """The sums (by stored name, with `distinct_prefixes`) back from a bucket in the
-    contract's shape: what `contract_values` needs to answer several buckets as one.
+    contract's shape: what `metric_values` needs to answer several buckets as one.
     Two are not in the shape and come back from their ratios: `fp_cached_tokens`
     (capture ratio x cacheable tokens, exact up to float rounding) and
     `distinct_prefixes` (unique prefix ratio x fingerprinted requests: prefixes seen
@@ -314,15 +318,6 @@ def contract_sums(bucket: Mapping[str, Any]) -> dict[str, float]:
     sums["fp_cached_tokens"] = (bucket.get("capture_ratio") or 0) * sums["cacheable_tokens"]
     sums["distinct_prefixes"] = (bucket.get("unique_prefix_ratio") or 0) * sums["fp_requests"]
     return sums
-
-
-def _percentiles(blobs: pl.Series, group: np.ndarray, n: int) -> list[Percentiles | None]:
-    """TTFT p50/p95 per group (None where no request had a TTFT)."""
-    values, present = chart.group_percentiles(blobs, group, n)
-    return [
-        {"p50": p50, "p95": p95} if ok else None
-        for (p50, p95), ok in zip(values.tolist(), present.tolist(), strict=True)
-    ]
 
 
 def _distinct_replicas(sets: pl.Series, group: np.ndarray, n: int) -> np.ndarray:
@@ -352,8 +347,18 @@ def _distinct_per_group(member_group: np.ndarray, members: pl.Series, n: int) ->
 def metric_values(
     sums: Mapping[str, Any], replicas: int, distinct_prefixes: float, ttft: dict[str, Any]
 ) -> dict[str, Any]:
-    """One bucket (or the totals) in the contract's shape: every ratio from summed
-    numerators and denominators, never an average of ratios."""
-    values = {**sums, "distinct_prefixes": distinct_prefixes, "replicas": replicas}
-    values.update(ratios(values, _RATIOS))
-    return contract_values(values, ttft.get("hit"), ttft.get("miss"))
+    """One bucket (or the totals) in the contract's shape from its sums (by stored
+    name), distinct counts and TTFT percentiles (`{"hit": {"p50", "p95"}}`, an
+    outcome absent without TTFT): every ratio from summed numerators and
+    denominators, never an average of ratios."""
+    values: dict[str, list[Any]] = {name: [value] for name, value in sums.items()}
+    values |= {"replicas": [replicas], "distinct_prefixes": [distinct_prefixes]}
+    for outcome in _OUTCOMES:
+        percentiles = ttft.get(outcome) or {}
+        for name in ("p50", "p95"):
+            values[f"ttft_{outcome}_{name}"] = [percentiles.get(name)]
+    frame = pl.DataFrame(values, schema_overrides=_PERCENTILE_TYPES)
+    return _answers(frame, with_ts=False)[0]
+
+
+_PERCENTILE_TYPES = {f"ttft_{o}_{n}": pl.Float64 for o in _OUTCOMES for n in ("p50", "p95")}

@@ -6,27 +6,24 @@ rollups and chart rows it leaves are the sums of the per-request values of one
 pass over every stored record (`compute_request_metrics`, summed here in plain
 Python)."""
 
-import random
 from collections import Counter
 from typing import Any
 
-import orjson
 import polars as pl
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service import repository
-from service.analytics.requests import CAUSES, compute_request_metrics
+from service.analytics.definitions import REWARM_COLUMNS
+from service.analytics.requests import compute_request_metrics
 from service.analytics.state import ReuseState, plan_from
 from service.models import AnalyticsState, ChartRollup, PrefixRollup, Rollup, UsageRecord
 from service.services import analytics_pass
 from service.services.analytics_pass import PassReport, catch_up
-from service.services.ingestion import ingest_usage
 from service.settings import Settings
+from tests.services.traffic import T0, US, rec, store, traffic
 
-T0 = 1_764_399_600  # a whole hour (2025-11-29T07:00:00Z)
-US = 1_000_000
 HOUR_US = 3600 * US
 #: The sums checked against the per-request values (every one has a plain meaning).
 CHECKED = (
@@ -36,61 +33,11 @@ CHECKED = (
     "fp_requests",
     "cacheable_tokens",
     "rewarm_tokens",
-    *[f"rewarms_{c}" for c in CAUSES],
+    *REWARM_COLUMNS,
     "history_rewrites",
     "hits",
 )
 Key = tuple[Any, ...]
-
-
-def rec(name: str, ts: float, blocks: list[int] | None, **extra: Any) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "request_id": name,
-        "ts": ts,
-        "service": extra.pop("service", "assistant"),
-        "model": extra.pop("model", "m"),
-        "prompt_tokens": extra.pop("prompt_tokens", 100 * len(blocks or [1, 2])),
-        "cached_tokens": extra.pop("cached_tokens", 0),
-        **extra,
-    }
-    if blocks is not None:
-        record |= {"block_size": 100, "block_hashes": blocks}
-    return record
-
-
-def traffic(n: int, seed: int, hours: float = 4.0) -> list[dict[str, Any]]:
-    """Shared prefixes on two replicas, sessions, some records without blocks."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        prefix = rng.randrange(4)
-        blocks = [prefix, 10 + prefix * 10 + rng.randrange(3), 1000 + i]
-        out.append(
-            rec(
-                f"t{seed}-{i}",
-                T0 + rng.uniform(0, hours * 3600),
-                blocks if rng.random() < 0.9 else None,
-                cached_tokens=rng.choice([0, 100, 200]),
-                replica=rng.choice(["a", "b", None]),
-                deploy=rng.choice(["v1", "v2"]),
-                ttft_ms=rng.uniform(50, 900),
-                session_id=rng.choice([None, f"s{rng.randrange(12)}"]),
-                service=rng.choice(["assistant", "search"]),
-            )
-        )
-    return out
-
-
-def store(session: Session, records: list[dict[str, Any]]) -> None:
-    body = b"\n".join(orjson.dumps({k: v for k, v in r.items() if v is not None}) for r in records)
-    outcome = ingest_usage(
-        session,
-        body,
-        content_encoding=None,
-        max_decompressed_bytes=1 << 26,
-        received_us=(T0 + 86_400) * US,
-    )
-    assert outcome.rejected == 0 and outcome.accepted == len(records), outcome.errors
 
 
 def one_pass(session: Session, window_s: float) -> pl.DataFrame:

@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from service.services.capacity import AmbiguousModel, capacity
-from tests.services.test_analytics_pass import T0, US, rec, store
+from tests.services.traffic import T0, US, rec, store
 
 
 def answer(session: Session, model: str | None = None, **bounds: int) -> dict[str, object]:

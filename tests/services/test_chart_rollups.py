@@ -20,7 +20,7 @@ from service.rollups.aggregate import SUM_COLUMNS
 from service.services import chart_rollups
 from service.services.analytics_pass import catch_up
 from service.settings import Settings
-from tests.services.test_analytics_pass import T0, US, store, traffic
+from tests.services.traffic import T0, US, store, traffic
 
 DAY_US = 86_400 * US
 Scope = tuple[int, str, str]  # level, service, model

@@ -12,7 +12,7 @@ from service.services import series
 from service.services.analytics_pass import catch_up
 from service.services.metrics import HOUR_S, MINUTE_S, MetricsQuery, TooManyBuckets, metrics
 from service.settings import Settings
-from tests.services.test_analytics_pass import T0, US, rec, store
+from tests.services.traffic import T0, US, rec, store
 
 
 @pytest.fixture

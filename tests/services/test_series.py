@@ -13,7 +13,7 @@ from service.services import series
 from service.services.analytics_pass import catch_up
 from service.services.series import SeriesQuery, TooManyBuckets
 from service.settings import Settings
-from tests.services.test_analytics_pass import T0, US, rec, store, traffic
+from tests.services.traffic import T0, US, rec, store, traffic
 
 MINUTE = 60
 
