@@ -12,7 +12,7 @@ as prefixes repeated across buckets count once per bucket)."""
 from collections.abc import Sequence
 from typing import Any
 
-from service.services.series import contract_sums, metric_values
+from service.services.series import MergedSums, contract_sums, metric_values_of
 
 
 def _weighted(pairs: Sequence[tuple[float | None, float]]) -> float | None:
@@ -34,17 +34,16 @@ def _ttft(group: Sequence[dict[str, Any]]) -> dict[str, dict[str, float | None]]
     return ttft
 
 
-def _merge(group: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Consecutive buckets as one: their sums added, the figures taken again from
-    them by the read API's own `metric_values`."""
+def _merged_sums(group: Sequence[dict[str, Any]]) -> MergedSums:
+    """Consecutive buckets as one: their sums added (`contract_sums`), the largest
+    replica count, the TTFT approximations above."""
     sums: dict[str, float] = {}
     for bucket in group:
         for name, value in contract_sums(bucket).items():
             sums[name] = sums.get(name, 0) + value
     distinct = sums.pop("distinct_prefixes")
     replicas = max(b.get("replicas") or 0 for b in group)
-    merged = metric_values(sums, replicas, distinct, _ttft(group))
-    return {"ts": group[0]["ts"], **merged}
+    return MergedSums(sums, replicas, distinct, _ttft(group))
 
 
 def merge_buckets(buckets: Sequence[dict[str, Any]], max_points: int) -> list[dict[str, Any]]:
@@ -52,4 +51,7 @@ def merge_buckets(buckets: Sequence[dict[str, Any]], max_points: int) -> list[di
     if len(buckets) <= max_points:
         return list(buckets)
     factor = -(-len(buckets) // max_points)
-    return [_merge(buckets[i : i + factor]) for i in range(0, len(buckets), factor)]
+    groups = [buckets[i : i + factor] for i in range(0, len(buckets), factor)]
+    # The figures are taken again from the added sums by the read API's own shape.
+    merged = metric_values_of([_merged_sums(group) for group in groups])
+    return [{"ts": group[0]["ts"], **m} for group, m in zip(groups, merged, strict=True)]

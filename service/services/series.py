@@ -18,10 +18,10 @@ absent), re-bucketed to `bucket_s` buckets aligned to the epoch; no bound means
 all data."""
 
 import gc
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -344,21 +344,42 @@ def _distinct_per_group(member_group: np.ndarray, members: pl.Series, n: int) ->
     return per_group
 
 
+class MergedSums(NamedTuple):
+    """What one answer is made of: the sums by stored name, the distinct counts and
+    the TTFT percentiles (`{"hit": {"p50", "p95"}}`, an outcome absent without TTFT)."""
+
+    sums: Mapping[str, Any]
+    replicas: int
+    distinct_prefixes: float
+    ttft: Mapping[str, Any]
+
+
 def metric_values(
     sums: Mapping[str, Any], replicas: int, distinct_prefixes: float, ttft: dict[str, Any]
 ) -> dict[str, Any]:
-    """One bucket (or the totals) in the contract's shape from its sums (by stored
-    name), distinct counts and TTFT percentiles (`{"hit": {"p50", "p95"}}`, an
-    outcome absent without TTFT): every ratio from summed numerators and
-    denominators, never an average of ratios."""
-    values: dict[str, list[Any]] = {name: [value] for name, value in sums.items()}
-    values |= {"replicas": [replicas], "distinct_prefixes": [distinct_prefixes]}
+    """One bucket (or the totals) in the contract's shape: every ratio from summed
+    numerators and denominators, never an average of ratios."""
+    return metric_values_of([MergedSums(sums, replicas, distinct_prefixes, ttft)])[0]
+
+
+def _row(item: MergedSums) -> dict[str, Any]:
+    row = {**item.sums, "replicas": item.replicas, "distinct_prefixes": item.distinct_prefixes}
     for outcome in _OUTCOMES:
-        percentiles = ttft.get(outcome) or {}
+        percentiles = item.ttft.get(outcome) or {}
         for name in ("p50", "p95"):
-            values[f"ttft_{outcome}_{name}"] = [percentiles.get(name)]
+            row[f"ttft_{outcome}_{name}"] = percentiles.get(name)
+    return row
+
+
+def metric_values_of(items: Sequence[MergedSums]) -> list[dict[str, Any]]:
+    """`metric_values` of many at once, in one frame: the dashboard's downsampler
+    answers up to 2,000 merged buckets a figure, and a frame each cost about 1 ms."""
+    if not items:
+        return []
+    rows = [_row(item) for item in items]
+    values = {name: [row[name] for row in rows] for name in rows[0]}
     frame = pl.DataFrame(values, schema_overrides=_PERCENTILE_TYPES)
-    return _answers(frame, with_ts=False)[0]
+    return _answers(frame, with_ts=False)
 
 
 _PERCENTILE_TYPES = {f"ttft_{o}_{n}": pl.Float64 for o in _OUTCOMES for n in ("p50", "p95")}
