@@ -74,6 +74,11 @@ class UsageRecord(Base):
     prefix_tokens: Mapped[int | None] = mapped_column(BigInteger)
     segments: Mapped[list[dict[str, object]] | None] = mapped_column(JSON)
     attributes: Mapped[dict[str, object] | None] = mapped_column(JSON)
+    # Contract section 1's managed-provider fields, last as the migration added them.
+    cache_write_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    cache_ttl_s: Mapped[float | None] = mapped_column(Float)
+    provider: Mapped[str | None] = mapped_column(String(50))
+    scenario: Mapped[str | None] = mapped_column(String(100))
 
     __table_args__ = (
         Index("ix_usage_records_model_ts", "model", "ts_us", "id"),
@@ -163,6 +168,17 @@ def _sum() -> Mapped[int]:
     return mapped_column(BigInteger, default=0, sort_order=1)
 
 
+def _usd() -> Mapped[float]:
+    """A sum of dollars (contract section 4a); 0 where nothing was priced, which
+    `priced_requests` = 0 tells from a real 0."""
+    return mapped_column(Float, default=0.0, server_default="0", sort_order=1)
+
+
+def _late_sum() -> Mapped[int]:
+    """A count added by a later migration (existing rows hold 0)."""
+    return mapped_column(BigInteger, default=0, server_default="0", sort_order=1)
+
+
 class RollupSums:
     """The additive columns every rollup carries, whatever it is keyed by: the sums
     the metrics of contract section 4 are ratios of, and the sparse TTFT histograms
@@ -191,6 +207,21 @@ class RollupSums:
     opening_cacheable_tokens: Mapped[int] = _sum()
     hits: Mapped[int] = _sum()
     misses: Mapped[int] = _sum()
+    # Managed providers (contract sections 4 and 4a), added by 20261201_costs.
+    rewarms_below_minimum: Mapped[int] = _late_sum()
+    rewarms_expiry: Mapped[int] = _late_sum()
+    rewarm_tokens_below_minimum: Mapped[int] = _late_sum()
+    rewarm_tokens_expiry: Mapped[int] = _late_sum()
+    cache_write_tokens: Mapped[int] = _late_sum()
+    priced_requests: Mapped[int] = _late_sum()
+    spend_usd: Mapped[float] = _usd()
+    wasted_usd: Mapped[float] = _usd()
+    wasted_usd_below_minimum: Mapped[float] = _usd()
+    wasted_usd_concurrent: Mapped[float] = _usd()
+    wasted_usd_expiry: Mapped[float] = _usd()
+    wasted_usd_routing: Mapped[float] = _usd()
+    wasted_usd_eviction: Mapped[float] = _usd()
+    wasted_usd_unknown: Mapped[float] = _usd()
     ttft_hit: Mapped[bytes | None] = mapped_column(LargeBinary, sort_order=1)
     ttft_miss: Mapped[bytes | None] = mapped_column(LargeBinary, sort_order=1)
 
@@ -305,6 +336,8 @@ class Regression(Base):
     attributed_to: Mapped[dict[str, object] | None] = mapped_column(JSON)
     cause: Mapped[str] = mapped_column(String(30))
     evidence: Mapped[list[str]] = mapped_column(JSON)
+    # Contract section 5's `cost`; null when the model has no prices.
+    cost: Mapped[dict[str, float] | None] = mapped_column(JSON)
 
     __table_args__ = (
         UniqueConstraint("service", "model", "change_ts_us"),

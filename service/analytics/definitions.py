@@ -34,13 +34,23 @@ import numpy.typing as npt
 import polars as pl
 
 #: Why a reusable prefix was recomputed (contract section 4), in the order the
-#: analytics decide them: a concurrent cold start first, then routing to a replica
-#: that never held it, eviction from the one that did, unknown without a replica.
-CAUSES: tuple[str, ...] = ("concurrent", "routing", "eviction", "unknown")
+#: analytics decide them: a prompt too short for the provider to cache at all, a
+#: concurrent cold start, a prefix the provider let expire (its TTL), routing to a
+#: replica that never held it, eviction from the one that did, unknown without a
+#: replica. The first two of the profile's causes need a caching profile (4a).
+CAUSES: tuple[str, ...] = (
+    "below_minimum",
+    "concurrent",
+    "expiry",
+    "routing",
+    "eviction",
+    "unknown",
+)
 
-#: Per cause, the sums of its rewarms and of their tokens.
+#: Per cause, the sums of its rewarms, of their tokens and of their wasted dollars.
 REWARM_COLUMNS: tuple[str, ...] = tuple(f"rewarms_{c}" for c in CAUSES)
 REWARM_TOKEN_COLUMNS: tuple[str, ...] = tuple(f"rewarm_tokens_{c}" for c in CAUSES)
+WASTED_USD_COLUMNS: tuple[str, ...] = tuple(f"wasted_usd_{c}" for c in CAUSES)
 
 Ints = npt.NDArray[np.int64]
 
@@ -93,6 +103,26 @@ def _sum_exprs() -> list[pl.Expr]:
         _count_when(opening_fp, pl.col("cacheable_tokens")).alias("opening_cacheable_tokens"),
         _count_when(pl.col("is_hit")).alias("hits"),
         _count_when(~pl.col("is_hit")).alias("misses"),
+        *_cost_exprs(),
+    ]
+
+
+def _cost_exprs() -> list[pl.Expr]:
+    """The sums of contract section 4a over the columns `service.analytics.costs`
+    adds (`spend_usd`, `wasted_usd`: null for a request without prices).
+    `priced_requests` counts the requests that had prices, so that a reader tells
+    "no prices" (None) from "cost nothing" (0.0)."""
+    cause = pl.col("rewarm_cause")
+    wasted = pl.col("wasted_usd").fill_null(0.0)
+    return [
+        pl.col("cache_write_tokens").sum().cast(pl.Int64),
+        pl.col("spend_usd").is_not_null().sum().cast(pl.Int64).alias("priced_requests"),
+        pl.col("spend_usd").sum().cast(pl.Float64),
+        pl.col("wasted_usd").sum().cast(pl.Float64),
+        *[
+            pl.when(cause == c).then(wasted).otherwise(0.0).sum().cast(pl.Float64).alias(n)
+            for c, n in zip(CAUSES, WASTED_USD_COLUMNS, strict=True)
+        ],
     ]
 
 
@@ -100,6 +130,12 @@ def _sum_exprs() -> list[pl.Expr]:
 SUMS: tuple[pl.Expr, ...] = tuple(_sum_exprs())
 #: Their names: the additive columns of every rollup table, in this order.
 SUM_COLUMNS: tuple[str, ...] = tuple(e.meta.output_name() for e in SUMS)
+#: The sums of dollars (Float64); every other sum is an Int64 count.
+USD_COLUMNS: tuple[str, ...] = ("spend_usd", "wasted_usd", *WASTED_USD_COLUMNS)
+#: Each sum's Polars type.
+SUM_DTYPES: dict[str, pl.DataType] = {
+    c: pl.Float64() if c in USD_COLUMNS else pl.Int64() for c in SUM_COLUMNS
+}
 
 
 @dataclass(frozen=True)

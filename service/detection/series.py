@@ -9,7 +9,14 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from service.analytics.definitions import CAUSES, RATIOS, REWARM_TOKEN_COLUMNS, SUM_COLUMNS, ratios
+from service.analytics.definitions import (
+    CAUSES,
+    RATIOS,
+    REWARM_TOKEN_COLUMNS,
+    SUM_COLUMNS,
+    USD_COLUMNS,
+    ratios,
+)
 
 I64 = npt.NDArray[np.int64]
 
@@ -21,7 +28,7 @@ class Series:
     and `replicas` are distinct counts within each bucket."""
 
     bucket_us: I64
-    sums: dict[str, I64]
+    sums: dict[str, npt.NDArray[np.int64] | npt.NDArray[np.float64]]
     distinct_prefixes: I64
     replicas: I64
 
@@ -61,7 +68,7 @@ def build_series(rollups: pl.DataFrame, prefixes: pl.DataFrame, bucket_s: int) -
     sums = sums.join(distinct, on="b", how="left").with_columns(pl.col("distinct").fill_null(0))
     return Series(
         bucket_us=sums["b"].to_numpy().astype(np.int64),
-        sums={c: sums[c].to_numpy().astype(np.int64) for c in SUM_COLUMNS},
+        sums={c: sums[c].to_numpy().astype(np.float64 if c in USD_COLUMNS else np.int64) for c in SUM_COLUMNS},
         distinct_prefixes=sums["distinct"].to_numpy().astype(np.int64),
         replicas=sums["replicas"].to_numpy().astype(np.int64),
     )

@@ -280,6 +280,10 @@ def record_values(
         prefix_tokens,
         segments,
         attributes,
+        0,  # cache_write_tokens, cache_ttl_s, provider, scenario: not read yet
+        None,
+        None,
+        None,
     )
     if segments is None and attributes is None:
         return row  # no JSON to write as text (most records): no call

@@ -196,6 +196,9 @@ def to_row(record: UsageRecordIn, received_us: int) -> dict[str, Any]:
     names (copied from `__dict__`, twice as fast as 22 attribute reads; this runs
     once per record), `ts` as `ts_us`, hashes packed, plus the derived columns."""
     row = dict(record.__dict__)
+    row.setdefault("cache_write_tokens", 0)  # not read yet
+    for name in ("cache_ttl_s", "provider", "scenario"):
+        row.setdefault(name, None)
     row["ts_us"] = row.pop("ts")
     row["received_us"] = received_us
     if record.block_hashes is not None:

@@ -7,6 +7,7 @@ session_continuation, opening, is_hit, first_key."""
 
 import polars as pl
 
+from service.analytics.costs import with_request_costs
 from service.analytics.definitions import SUM_COLUMNS, SUMS
 from service.rollups import histogram
 
@@ -15,9 +16,11 @@ PREFIX_KEYS = ["grain_s", "bucket_us", "service", "model", "first_key", "replica
 
 
 def join_results(records: pl.DataFrame, results: pl.DataFrame) -> pl.DataFrame:
-    """Each record with its per-request values (service.analytics) and the two flags
-    the rollup sums are conditioned on: what every rollup below aggregates."""
-    return (
+    """Each record with its per-request values (service.analytics), its costs
+    (service.analytics.costs, from the record's price columns if it has them) and
+    the two flags the rollup sums are conditioned on: what every rollup below
+    aggregates."""
+    joined = (
         records.drop("ts_us")
         .join(results, on="id", how="inner")
         .with_columns(
@@ -29,6 +32,7 @@ def join_results(records: pl.DataFrame, results: pl.DataFrame) -> pl.DataFrame:
             pl.col("is_opening").alias("opening"),
         )
     )
+    return with_request_costs(joined)
 
 
 def _bucketed(frame: pl.DataFrame, grain_s: int) -> pl.DataFrame:

@@ -20,7 +20,7 @@ import numpy.typing as npt
 import orjson
 import polars as pl
 
-from service.analytics.definitions import SUM_COLUMNS
+from service.analytics.definitions import SUM_COLUMNS, SUM_DTYPES
 from service.rollups import histogram
 
 CHART_KEYS = ["level", "service", "model", "bucket_us"]
@@ -35,7 +35,7 @@ CHART_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "service": pl.Utf8,
     "model": pl.Utf8,
     "bucket_us": pl.Int64,
-    **dict.fromkeys(SUM_COLUMNS, pl.Int64),
+    **SUM_DTYPES,
     "ttft_hit": pl.Binary,
     "ttft_miss": pl.Binary,
     "replicas": pl.Utf8,

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from service.analytics import compute_request_metrics
-from service.analytics.definitions import SUM_COLUMNS, ratios
+from service.analytics.definitions import SUM_COLUMNS, USD_COLUMNS, ratios
 from service.rollups import aggregate
 from tests.analytics.reference import record, to_frame
 
@@ -68,6 +68,14 @@ def test_rollup_sums_per_bucket() -> None:
         "history_rewrites": 0,
         "opening_fp_prompt_tokens": 300 + 500 + 400,
         "opening_cacheable_tokens": 0 + 200 + 300,
+        # No profile: neither cause of section 4a, and no prices, so no dollars.
+        "rewarms_below_minimum": 0,
+        "rewarms_expiry": 0,
+        "rewarm_tokens_below_minimum": 0,
+        "rewarm_tokens_expiry": 0,
+        "cache_write_tokens": 0,
+        "priced_requests": 0,
+        **dict.fromkeys(USD_COLUMNS, 0.0),
     }
     assert b1["requests"] == 2 and b1["fp_requests"] == 1
     assert b1["hits"] == 1 and b1["history_rewrites"] == 1 and b1["session_requests"] == 1
