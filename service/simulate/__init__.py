@@ -1,6 +1,7 @@
 """Traffic simulator: replicas with LRU block caches, routing, in-flight
-prefill and TTFT, driven by a scenario or a Mooncake trace; emits contract
-usage records and change events.
+prefill and TTFT, or a managed API's prompt cache (TTL, minimum, writes),
+driven by a scenario or a Mooncake trace; emits contract usage records and
+change events.
 
     from service.simulate import detection_week, simulate
     week = detection_week(seed=3)
@@ -13,10 +14,12 @@ from service.simulate.builders import (
     ExpectedChange,
     corporate_assistant_week,
     detection_week,
+    ttl_release_story,
 )
 from service.simulate.cache import ReplicaCache, ReplicaPool
-from service.simulate.engine import Engine, SimulationResult, iter_records, simulate
+from service.simulate.engine import Engine, SimulationResult, iter_records, simulate, token_counts
 from service.simulate.events import scenario_events
+from service.simulate.managed import PromptCache
 from service.simulate.mooncake import iter_mooncake, read_mooncake
 from service.simulate.output import (
     PostError,
@@ -29,6 +32,7 @@ from service.simulate.output import (
 from service.simulate.scenario import (
     Action,
     AppendOnlyHistory,
+    CacheTtl,
     CanonicalTools,
     Change,
     DailyCurve,
@@ -39,6 +43,7 @@ from service.simulate.scenario import (
     KvBudget,
     LatencyModel,
     LengthDist,
+    ManagedProvider,
     PromptStructure,
     Routing,
     ScaleReplicas,
@@ -52,6 +57,7 @@ from service.simulate.scenario import (
 __all__ = [
     "Action",
     "AppendOnlyHistory",
+    "CacheTtl",
     "CanonicalTools",
     "Change",
     "DailyCurve",
@@ -65,8 +71,10 @@ __all__ = [
     "KvBudget",
     "LatencyModel",
     "LengthDist",
+    "ManagedProvider",
     "PostError",
     "PostStats",
+    "PromptCache",
     "PromptStructure",
     "ReplicaCache",
     "ReplicaPool",
@@ -87,6 +95,8 @@ __all__ = [
     "read_mooncake",
     "scenario_events",
     "simulate",
+    "token_counts",
+    "ttl_release_story",
     "write_events",
     "write_ndjson",
 ]

@@ -16,7 +16,7 @@ import orjson
 import typer
 
 from service.simulate.builders import PrefixProblem, corporate_assistant_week, detection_week
-from service.simulate.engine import iter_records
+from service.simulate.engine import iter_records, token_counts
 from service.simulate.events import scenario_events
 from service.simulate.mooncake import MOONCAKE_BLOCK_SIZE, iter_mooncake
 from service.simulate.output import post_events, post_records, write_events, write_ndjson
@@ -95,8 +95,9 @@ class _Tally:
     def watch(self, records: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         for record in records:
             self.records += 1
-            self.prompt += record["prompt_tokens"]
-            self.cached += record["cached_tokens"]
+            prompt, cached = token_counts(record)
+            self.prompt += prompt
+            self.cached += cached
             yield record
 
     def summary(self, elapsed_s: float) -> str:

@@ -17,10 +17,14 @@ from typing import Any
 import numpy as np
 
 from service.analytics.definitions import ratios
+from service.ingest.records import provider_usage_fields
 from service.simulate.cache import ReplicaCache, key_hash
+from service.simulate.managed import PromptCache, anthropic_usage
 from service.simulate.prompt import EMPTY, Hashed, Piece, hash_prompt, mix64
 from service.simulate.scenario import (
+    CACHE_TTL_S,
     AppendOnlyHistory,
+    CacheTtl,
     CanonicalTools,
     Change,
     Deploy,
@@ -42,6 +46,7 @@ from service.simulate.traffic import geometric, poisson_arrivals, sample_length
 Record = dict[str, Any]
 _MASK64 = (1 << 64) - 1
 _CHANGE, _TURN, _CALL = 0, 1, 2
+_REPLICA_ACTIONS = (ScaleReplicas, Routing, KvBudget)
 MAX_BLOCK_HASHES = 8192  # the contract's limit; longer prompts send their first blocks
 
 
@@ -55,10 +60,21 @@ class SimulationResult:
 
     def hit_rate(self) -> float:
         """The hit rate (RATIOS["hit_rate"]) of every simulated request; 0.0 for none."""
+        counts = [token_counts(r) for r in self.records]
         sums = {
-            name: sum(r[name] for r in self.records) for name in ("cached_tokens", "prompt_tokens")
+            "prompt_tokens": sum(prompt for prompt, _ in counts),
+            "cached_tokens": sum(cached for _, cached in counts),
         }
         return ratios(sums, ["hit_rate"])["hit_rate"] or 0.0
+
+
+def token_counts(record: Record) -> tuple[int, int]:
+    """A record's (prompt_tokens, cached_tokens) as ingest reads them (contract
+    section 1): its own fields, over those of its provider `usage` object."""
+    fields = record
+    if isinstance(record.get("usage"), dict):
+        fields = {**provider_usage_fields(record["usage"]), **record}
+    return int(fields["prompt_tokens"]), int(fields.get("cached_tokens", 0))
 
 
 @dataclass(slots=True)
@@ -86,8 +102,8 @@ class Engine:
         self.services = [ServiceState(s, i, self.seed) for i, s in enumerate(scenario.services)]
         self.by_name = {s.name: s for s in self.services}
         for change in scenario.timeline:
-            if change.service not in self.by_name:
-                raise ValueError(f"timeline names unknown service {change.service!r}")
+            _check_change(change, self.by_name)
+        self.prompt_caches = _prompt_caches(scenario)
         self._uid_salt = mix64(self.seed ^ 0x5EED)
         self._uid_counter = 0
         self._seq = 0
@@ -304,33 +320,79 @@ class Engine:
         completion: int,
         segments: list[Segment],
     ) -> tuple[Record, float]:
+        """Serve one request from the service's replicas, or from its managed
+        provider's prompt cache; returns its record and its latency in seconds."""
+        if state.spec.managed is not None:
+            return self._serve_managed(state, t, hashed, completion, segments)
         hashes = hashed.hashes
         replica: ReplicaCache = state.pool.route(hashes, key, t)
         run = replica.hit(hashes, t)
         prompt = hashed.tokens
         cached = min(prompt, run * state.block_size)
+        ttft = self._ttft(state, prompt, cached)
+        # In-flight prefill: the new blocks are reusable only after this TTFT.
+        replica.admit(hashes, run, t + ttft / 1000.0, touched=True)
+        latency = ttft + completion * state.spec.latency.per_output_token_ms
+        replica.start(t + latency / 1000.0)
+        record = self._record_head(state, t)
+        record["prompt_tokens"] = prompt
+        record["cached_tokens"] = cached
+        record["completion_tokens"] = completion
+        record["ttft_ms"] = round(ttft, 2)
+        record["latency_ms"] = round(latency, 2)
+        record["replica"] = replica.name
+        self._record_tail(state, record, hashes, segments)
+        return record, latency / 1000.0
+
+    def _serve_managed(
+        self,
+        state: ServiceState,
+        t: float,
+        hashed: Hashed,
+        completion: int,
+        segments: list[Segment],
+    ) -> tuple[Record, float]:
+        """A request to a managed API: read and written as its prompt cache rules
+        say, reported as the provider reports it (its `usage` object), with the
+        TTL the caller asked for and no replica."""
+        managed = state.spec.managed
+        assert managed is not None and state.ttl is not None
+        cache = self.prompt_caches[(managed.name, state.spec.model)]
+        hashes = hashed.hashes
+        served = cache.read(hashes, hashed.tokens, state.block_size, t)
+        ttft = self._ttft(state, hashed.tokens, served.read)
+        ttl_s = CACHE_TTL_S[state.ttl]
+        cache.write(hashes, served, state.block_size, t, t + ttft / 1000.0, ttl_s)
+        latency = ttft + completion * state.spec.latency.per_output_token_ms
+        record = self._record_head(state, t)
+        record["provider"] = managed.name
+        record["usage"] = anthropic_usage(served, ttl_s, completion)
+        record["cache_ttl_s"] = ttl_s
+        record["ttft_ms"] = round(ttft, 2)
+        record["latency_ms"] = round(latency, 2)
+        self._record_tail(state, record, hashes, segments)
+        return record, latency / 1000.0
+
+    def _ttft(self, state: ServiceState, prompt: int, cached: int) -> float:
         lat = state.spec.latency
         ttft = lat.base_ms + lat.per_uncached_token_ms * (prompt - cached)
         ttft += lat.per_cached_token_ms * cached
         if lat.jitter_sigma > 0:
             ttft *= math.exp(lat.jitter_sigma * state.normals())
-        # In-flight prefill: the new blocks are reusable only after this TTFT.
-        replica.admit(hashes, run, t + ttft / 1000.0, touched=True)
-        latency = ttft + completion * lat.per_output_token_ms
-        replica.start(t + latency / 1000.0)
+        return ttft
+
+    def _record_head(self, state: ServiceState, t: float) -> Record:
         self._requests += 1
-        record: Record = {
+        return {
             "request_id": f"{self.run_id}-{self._requests}",
             "ts": self.fmt(t),
             "service": state.name,
             "model": state.spec.model,
-            "prompt_tokens": prompt,
-            "cached_tokens": cached,
-            "completion_tokens": completion,
-            "ttft_ms": round(ttft, 2),
-            "latency_ms": round(latency, 2),
-            "replica": replica.name,
         }
+
+    def _record_tail(
+        self, state: ServiceState, record: Record, hashes: list[int], segments: list[Segment]
+    ) -> None:
         if state.deploy is not None:
             record["deploy"] = state.deploy
         record["block_size"] = state.block_size
@@ -340,7 +402,6 @@ class Engine:
         else:
             record["block_hashes"] = emitted
         record["segments"] = segments
-        return record, latency / 1000.0
 
     # -- timeline ------------------------------------------------------------
 
@@ -372,8 +433,34 @@ class Engine:
                 state.pool.set_kv_tokens(action.tokens_per_replica)
             case Fanout():
                 state.fanout = action if action.k > 1 and action.share > 0 else None
+            case CacheTtl():
+                state.ttl = action.ttl
             case Deploy() | TrafficMultiplier():
                 pass  # a tag only / applied to the arrival process up front
+
+
+def _check_change(change: Change, services: dict[str, ServiceState]) -> None:
+    """A timeline change must name a service, and act on what that service has:
+    replicas for a self-hosted one, a cache lifetime for a managed one."""
+    state = services.get(change.service)
+    if state is None:
+        raise ValueError(f"timeline names unknown service {change.service!r}")
+    managed = state.spec.managed is not None
+    if managed and isinstance(change.action, _REPLICA_ACTIONS):
+        raise ValueError(f"{change.service!r} is served by a managed API: it has no replicas")
+    if not managed and isinstance(change.action, CacheTtl):
+        raise ValueError(f"{change.service!r} has no managed provider to set a cache TTL for")
+
+
+def _prompt_caches(scenario: Scenario) -> dict[tuple[str, str], PromptCache]:
+    """One prompt cache per (provider, model): services sending the same prefix
+    to the same managed model share it, as they share the provider's account."""
+    caches: dict[tuple[str, str], PromptCache] = {}
+    for spec in scenario.services:
+        if spec.managed is not None:
+            key = (spec.managed.name, spec.model)
+            caches.setdefault(key, PromptCache(spec.managed.min_prompt_tokens))
+    return caches
 
 
 def _listed_segments(

@@ -6,6 +6,7 @@ from typing import Any
 
 from service.simulate.scenario import (
     AppendOnlyHistory,
+    CacheTtl,
     CanonicalTools,
     Change,
     Deploy,
@@ -65,6 +66,8 @@ def describe(change: Change, kv: int | None, routing: str, replicas: int) -> str
             return f"agent fans out {action.k} parallel calls sharing a fresh context"
         case TrafficMultiplier():
             return f"traffic x{action.factor:g}"
+        case CacheTtl():
+            return f"callers ask for a {action.ttl} cache TTL"
     return type(action).__name__
 
 
@@ -91,7 +94,7 @@ def walk_timeline(scenario: Scenario) -> list[tuple[Change, str]]:
 
 def scenario_events(scenario: Scenario) -> list[ChangeEvent]:
     """Posted events of the timeline, in time order: `deploy` when a change sets
-    a release tag, `config` for routing and KV-budget changes, `replicas` or
+    a release tag, `config` for routing, KV-budget and cache TTL changes, `replicas` or
     `note` only when a change asks for posting explicitly. A release's
     description names only the release (as a deploy tool would), not what it
     broke; config events say what changed."""
@@ -102,7 +105,7 @@ def scenario_events(scenario: Scenario) -> list[ChangeEvent]:
         action = change.action
         post = change.post
         if post is None:
-            post = change.deploy is not None or isinstance(action, Routing | KvBudget)
+            post = change.deploy is not None or isinstance(action, Routing | KvBudget | CacheTtl)
         if not post or change.at_s >= scenario.duration_s:
             continue
         if change.deploy is not None:
@@ -111,7 +114,7 @@ def scenario_events(scenario: Scenario) -> list[ChangeEvent]:
         else:
             if isinstance(action, ScaleReplicas):
                 kind = "replicas"
-            elif isinstance(action, Routing | KvBudget | Fanout):
+            elif isinstance(action, Routing | KvBudget | Fanout | CacheTtl):
                 kind = "config"
             else:
                 kind = "note"

@@ -17,6 +17,11 @@ ROUTING_POLICIES: tuple[RoutingPolicy, ...] = ("round_robin", "prefix_affinity",
 CacheKeyMode = Literal["session", "user"]
 SegmentName = Literal["system", "tools", "response_format"]
 HashFormat = Literal["int", "hex"]
+#: The cache lifetimes Anthropic's `cache_control` accepts, and their seconds.
+CacheTtlChoice = Literal["5m", "1h"]
+CACHE_TTL_S: dict[CacheTtlChoice, float] = {"5m": 300.0, "1h": 3600.0}
+#: Anthropic's lifetime for a `cache_control` that names none.
+DEFAULT_CACHE_TTL: CacheTtlChoice = "5m"
 
 DAY_S = 86_400.0
 HOUR_S = 3_600.0
@@ -94,8 +99,22 @@ class PromptStructure:
 
 
 @dataclass(frozen=True)
+class ManagedProvider:
+    """A managed API's prompt cache (Anthropic-style) serving a service instead of
+    its own replicas: rules in `service.simulate.managed`. `ttl` is what the callers
+    ask for in `cache_control` until a `CacheTtl` change; `min_prompt_tokens` is
+    the model's minimum cacheable prompt (1,024 for Claude Sonnet and Opus)."""
+
+    name: str = "anthropic"
+    ttl: CacheTtlChoice = DEFAULT_CACHE_TTL
+    min_prompt_tokens: int = 1024
+
+
+@dataclass(frozen=True)
 class Service:
-    """One calling application, served by its own pool of replicas."""
+    """One calling application, served by its own pool of replicas, or by a
+    managed API when `managed` is set (then `replicas`, `routing`, `kv_tokens`
+    and `cache_key` play no part: a managed API routes and caches itself)."""
 
     name: str
     model: str
@@ -112,6 +131,7 @@ class Service:
     latency: LatencyModel = LatencyModel()
     deploy: str | None = "v1.0.0"
     max_message_segments: int = 4  # message[i] segments listed per record
+    managed: ManagedProvider | None = None
 
 
 # ---------------------------------------------------------------------------
@@ -205,6 +225,13 @@ class TrafficMultiplier:
     factor: float
 
 
+@dataclass(frozen=True)
+class CacheTtl:
+    """A managed service's callers ask for this cache lifetime from now on."""
+
+    ttl: CacheTtlChoice
+
+
 Action = (
     Deploy
     | DynamicSystemPrefix
@@ -218,6 +245,7 @@ Action = (
     | KvBudget
     | Fanout
     | TrafficMultiplier
+    | CacheTtl
 )
 
 
@@ -225,7 +253,7 @@ Action = (
 class Change:
     """One timeline entry. `deploy` sets the service's release tag from then on.
     `post`: None means the default (a deploy event when `deploy` is set, else a
-    config event for `Routing`/`KvBudget`, else nothing)."""
+    config event for `Routing`/`KvBudget`/`CacheTtl`, else nothing)."""
 
     at_s: float
     service: str

@@ -11,7 +11,13 @@ import numpy as np
 from service.simulate.cache import ReplicaPool
 from service.simulate.prompt import EMPTY, Hashed, Piece, hash_prompt, label_cid, mix64
 from service.simulate.prompt import segment_hash as seg_hash
-from service.simulate.scenario import DynamicSystemPrefix, Fanout, HistoryRewrite, Service
+from service.simulate.scenario import (
+    CacheTtlChoice,
+    DynamicSystemPrefix,
+    Fanout,
+    HistoryRewrite,
+    Service,
+)
 from service.simulate.traffic import Normals
 
 Segment = dict[str, Any]
@@ -49,6 +55,8 @@ class ServiceState:
         self.shuffled = False
         self.rewrite: HistoryRewrite | None = None
         self.fanout: Fanout | None = None
+        # What a managed service's callers ask for (CacheTtl changes it).
+        self.ttl: CacheTtlChoice | None = None if spec.managed is None else spec.managed.ttl
         p = spec.prompt
         # Content ids name the text: a different length is a different text.
         self.system_piece: Piece = (

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from service.simulate import token_counts
+
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -75,8 +77,9 @@ def bucket_hit_rates(
         if origin_s is None:
             origin_s = t
         index.append(int((t - origin_s) // bucket_s))
-        prompt.append(record["prompt_tokens"])
-        cached.append(record.get("cached_tokens", 0))
+        prompt_tokens, cached_tokens = token_counts(record)
+        prompt.append(prompt_tokens)
+        cached.append(cached_tokens)
     idx = np.asarray(index, dtype=np.int64)
     if len(idx) and idx.min() < 0:
         raise ValueError("a record lies before the origin")

@@ -16,6 +16,7 @@ import pytest
 from service.ingest.records import UsageRecordIn
 from service.services.events import EventIn
 from service.simulate import (
+    CacheTtl,
     Change,
     DailyCurve,
     Deploy,
@@ -23,11 +24,15 @@ from service.simulate import (
     HistoryRewrite,
     KvBudget,
     LengthDist,
+    ManagedProvider,
     PromptStructure,
+    Routing,
+    ScaleReplicas,
     Scenario,
     Service,
     SimulationResult,
     simulate,
+    token_counts,
 )
 from tests.simulate.analysis import parse_ts_s
 
@@ -222,3 +227,113 @@ def test_history_rewrite_breaks_the_session_prefix() -> None:
             last[sid] = record
     # Turn 2 still appends (nothing to summarize yet); later turns rewrite.
     assert broken > 2 * kept > 0
+
+
+# -- a managed provider --------------------------------------------------------
+
+
+def managed_scenario(seed: int = 0) -> Scenario:
+    """An hour on Anthropic's API: callers ask for 1 hour, then for 5 minutes from
+    0.5 h on; think times straddle 5 minutes; some prompts are below the minimum."""
+    svc = Service(
+        name="agent",
+        model="claude-x",
+        prompt=PromptStructure(
+            system_tokens=800,
+            tool_tokens=(60,) * 3,
+            query=LengthDist(150, 0.8, 5, 2000),
+            reply=LengthDist(200, 0.5, 5, 2000),
+            turns_mean=5,
+            think_time_s=LengthDist(300, 0.6, 10, 1200),
+        ),
+        peak_rate=1.0,
+        curve=DailyCurve.flat(),
+        block_size=64,
+        cache_key=None,
+        managed=ManagedProvider("anthropic", ttl="1h", min_prompt_tokens=1024),
+    )
+    timeline = (Change(0.5 * HOUR, "agent", CacheTtl("5m"), deploy="v2"),)
+    return Scenario("managed", (svc,), HOUR, timeline, seed=seed)
+
+
+@pytest.fixture(scope="module")
+def managed() -> SimulationResult:
+    return simulate(managed_scenario(), 1)
+
+
+def test_managed_records_carry_the_provider_usage_and_no_replica(
+    managed: SimulationResult,
+) -> None:
+    records = managed.records
+    assert len(records) > 1000
+    for record in records:
+        parsed = UsageRecordIn.model_validate(record)
+        usage = record["usage"]
+        assert parsed.prompt_tokens == (
+            usage["input_tokens"]
+            + usage["cache_read_input_tokens"]
+            + usage["cache_creation_input_tokens"]
+        )
+        assert parsed.cached_tokens == usage["cache_read_input_tokens"]
+        assert len(record["block_hashes"]) == -(-parsed.prompt_tokens // 64)
+        assert record["provider"] == "anthropic"
+        assert "replica" not in record and "prompt_tokens" not in record
+        assert "cache_key" not in record
+        asked = 3600.0 if record["deploy"] == "v1.0.0" else 300.0
+        assert record["cache_ttl_s"] == asked
+        long_writes = usage["cache_creation"]["ephemeral_1h_input_tokens"]
+        assert long_writes == (usage["cache_creation_input_tokens"] if asked == 3600.0 else 0)
+    below = [r for r in records if token_counts(r)[0] < 1024]
+    assert below and all(r["usage"]["input_tokens"] == token_counts(r)[0] for r in below)
+    assert sum(r["usage"]["cache_creation_input_tokens"] for r in records) > 0
+    assert managed.events[0]["kind"] == "deploy"
+
+
+def test_managed_reads_and_writes_match_a_replay_of_the_records(
+    managed: SimulationResult,
+) -> None:
+    """An independent replay of the records' own blocks, times, TTFTs and asked
+    TTLs (an entry lives that TTL after its last use; readable after its
+    writer's TTFT) gives back every record's cache reads and writes."""
+    ready: dict[int, float] = {}
+    until: dict[int, float] = {}
+    mismatches = expired = 0
+    for record in managed.records:
+        t = parse_ts_s(record["ts"])
+        prompt, cached = token_counts(record)
+        hashes = record["block_hashes"]
+        read = 0
+        if prompt >= 1024:
+            run = 0
+            for h in hashes:
+                if ready.get(h, float("inf")) > t + 1e-6 or until[h] < t - 1e-6:
+                    expired += h in until and until[h] < t - 1e-6
+                    break
+                run += 1
+            read = min(prompt, run * 64)
+            for i, h in enumerate(hashes):
+                if i * 64 >= read and until.get(h, -1.0) < t:
+                    ready[h] = t + record["ttft_ms"] / 1000
+                until[h] = t + record["cache_ttl_s"]
+        written = prompt - read if prompt >= 1024 else 0
+        usage = record["usage"]
+        mismatches += (read, written) != (cached, usage["cache_creation_input_tokens"])
+    assert mismatches <= 2  # timestamps are rounded to the microsecond
+    assert expired > 100  # 5-minute TTLs met think times past 5 minutes
+
+
+@pytest.mark.parametrize(
+    ("action", "managed_service"),
+    [
+        (ScaleReplicas(2), True),
+        (Routing("round_robin"), True),
+        (KvBudget(1000), True),
+        (CacheTtl("5m"), False),
+    ],
+)
+def test_a_change_must_fit_how_the_service_is_served(action: Any, managed_service: bool) -> None:
+    base = managed_scenario() if managed_service else small_scenario()
+    name = base.services[0].name
+    scenario = Scenario("bad", base.services, HOUR, (Change(60.0, name, action),))
+    with pytest.raises(ValueError, match="managed"):
+        simulate(scenario)
