@@ -1,5 +1,6 @@
-"""Ready-made scenarios: a healthy corporate assistant week, and the detection
-week with injected regressions and the expected findings to score a detector."""
+"""Ready-made scenarios: a healthy corporate assistant week, the detection week
+with injected regressions and the expected findings to score a detector, and a
+managed-API story (a release that shortens the cache TTL)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from service.simulate.scenario import (
     DAY_S,
     DEFAULT_START,
     AppendOnlyHistory,
+    CacheTtl,
     CanonicalTools,
     Change,
     DailyCurve,
@@ -22,6 +24,7 @@ from service.simulate.scenario import (
     HistoryRewrite,
     KvBudget,
     LengthDist,
+    ManagedProvider,
     PromptStructure,
     Routing,
     RoutingPolicy,
@@ -88,6 +91,75 @@ def corporate_assistant_week(
         start=start,
         seed=seed,
     )
+
+
+def ttl_release_story(
+    release_at_s: float,
+    fix_at_s: float | None = None,
+    *,
+    name: str = "research-assistant",
+    model: str = "claude-sonnet-4-5",
+    peak_rate: float = 0.12,
+    deploys: tuple[str, str, str] = ("v6.4.0", "v7.0.0", "v7.0.1"),
+) -> tuple[Service, tuple[Change, ...]]:
+    """A research assistant on Anthropic's API, and a release that sets its cache
+    TTL to 5 minutes on traffic whose users pause about ten minutes between turns.
+
+    Its users read long answers over retrieved documents: a 3,900-token shared
+    start (system prompt and tools), turns of about ten minutes apart (think time
+    600 s, rarely under 5 minutes). Its callers ask for `"ttl": "1h"`, so every
+    turn reads its whole history from the cache. Release `deploys[1]`, at
+    `release_at_s`, drops to the default 5 minutes (a 5-minute write costs 1.25x
+    the input price, a 1-hour one 2x): from the second turn after it, each
+    continuing turn finds its history expired and writes it again; only the
+    shared start, kept warm by the other sessions, is still read. The hit rate
+    falls from about 83% to about 30% while the cacheable fraction (reuse within
+    the hour) stays: cause `expiry`. `deploys[2]`, at `fix_at_s` (None: never),
+    asks for the hour again. Returns the service (tagged `deploys[0]`) and its
+    timeline; place both in a scenario.
+    """
+    prompt = PromptStructure(
+        system_tokens=3_000,
+        tool_tokens=(180, 140, 160, 120, 150, 150),
+        query=LengthDist(150, 0.6, 5, 2_000),
+        tool_result=LengthDist(1_500, 0.6, 100, 8_000),
+        reply=LengthDist(500, 0.5, 20, 4_000),
+        turns_mean=5.0,
+        max_turns=20,
+        think_time_s=LengthDist(600, 0.3, 120, 2_400),
+    )
+    service = Service(
+        name=name,
+        model=model,
+        prompt=prompt,
+        peak_rate=peak_rate,
+        curve=DailyCurve(night=0.08),
+        users=2_000,
+        block_size=256,
+        cache_key=None,
+        deploy=deploys[0],
+        managed=ManagedProvider("anthropic", ttl="1h", min_prompt_tokens=1_024),
+    )
+    timeline = [
+        Change(
+            release_at_s,
+            name,
+            CacheTtl("5m"),
+            deploy=deploys[1],
+            description="use the default 5-minute prompt cache TTL (cheaper cache writes)",
+        )
+    ]
+    if fix_at_s is not None:
+        timeline.append(
+            Change(
+                fix_at_s,
+                name,
+                CacheTtl("1h"),
+                deploy=deploys[2],
+                description="ask for the 1-hour prompt cache TTL again",
+            )
+        )
+    return service, tuple(timeline)
 
 
 @dataclass(frozen=True)
