@@ -5,13 +5,17 @@ curve) is simulated for four days with three "harmless" releases and their fixes
 the current time and company name at the top of the system prompt (fixed by moving
 that context to the tail), tools gathered from an unordered plugin registry (fixed
 by sorting them), a scale-out to 4 replicas with round-robin (fixed by
-prefix-affinity routing). Its records are posted to a real server over HTTP as a
-log shipper would; then detection runs, each regression is printed with its
-attribution and cause, alerts go to Slack (or a local sink), and the dashboard is
-left served."""
+prefix-affinity routing). Beside it, a research assistant on Anthropic's API whose
+users pause about ten minutes between turns ships a release that drops its prompt
+cache TTL from 1 hour to 5 minutes (fixed by asking for the hour again). The demo
+writes its own models file, so both models have prices and every regression a
+cost. The records are posted to a real server over HTTP as a log shipper would;
+then detection runs, each regression is printed with its cause, attribution and
+cost, alerts go to Slack (or a local sink), and the dashboard is left served."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -45,16 +49,22 @@ from service.simulate import (
     post_records,
     simulate,
 )
-from service.simulate.scenario import DAY_S, DEFAULT_START
+from service.simulate.builders import ttl_release_story
+from service.simulate.scenario import CACHE_TTL_S, DAY_S, DEFAULT_CACHE_TTL, DEFAULT_START
 from service.slack_sink import SlackSink, message_headline, start_slack_sink
 
 HOUR_S = 3600.0
 SERVICE = "corporate-assistant"
 MODEL = "acme-chat-70b"
+#: USD per million tokens (input, cache read, 5-minute cache write): Anthropic's
+#: list prices for Claude Sonnet 4.5, 2025-12. Both demo models are priced so.
+PRICES = (3.00, 0.30, 3.75)
 
 
 def demo_scenario(seed: int = 7, peak_rate: float = 0.8) -> Scenario:
-    """Four working days; one release a day at 10:00 and its fix at 15:00."""
+    """Four working days; one release of the corporate assistant a day at 10:00
+    and its fix at 15:00; on the last day the research assistant's TTL release at
+    12:00 and its fix at 16:00."""
     prompt = PromptStructure(
         system_tokens=1_200,
         tool_tokens=(60, 75, 50, 80, 45, 70, 65, 55, 60, 75, 50, 70, 40, 65),
@@ -83,6 +93,7 @@ def demo_scenario(seed: int = 7, peak_rate: float = 0.8) -> Scenario:
     def at(day: int, hour: float) -> float:
         return day * DAY_S + hour * HOUR_S
 
+    research, research_timeline = ttl_release_story(at(3, 12), at(3, 16))
     timeline = (
         Change(
             at(1, 10),
@@ -115,15 +126,34 @@ def demo_scenario(seed: int = 7, peak_rate: float = 0.8) -> Scenario:
             Routing("prefix_affinity"),
             description="routing: prefix affinity on the session key",
         ),
+        *research_timeline,
     )
     return Scenario(
         name="demo",
-        services=(service,),
+        services=(service, research),
         duration_s=4 * DAY_S,
         timeline=timeline,
         start=DEFAULT_START,
         seed=seed,
     )
+
+
+def models_file(scenario: Scenario) -> str:
+    """The demo's models file (contract section 4a): one rule per model, with
+    PRICES. A model served by a managed provider gets that provider's caching
+    rules (its default TTL, its minimum); one served by the simulated replicas
+    gets none (a self-hosted engine: no TTL, no minimum), only the prices."""
+    rules: list[str] = []
+    for spec in scenario.services:
+        lines = ["[[model]]", f"match = {json.dumps(spec.model)}"]
+        if spec.managed is not None:
+            lines.append(f"provider = {json.dumps(spec.managed.name)}")
+            lines.append(f"ttl_s = {CACHE_TTL_S[DEFAULT_CACHE_TTL]:g}")
+            lines.append(f"min_prompt_tokens = {spec.managed.min_prompt_tokens}")
+        names = ("input_usd_per_mtok", "cached_usd_per_mtok", "write_usd_per_mtok")
+        lines.extend(f"{name} = {price:.2f}" for name, price in zip(names, PRICES, strict=True))
+        rules.append(f"# {spec.name}\n" + "\n".join(lines) + "\n")
+    return "# Written by `cachewatch demo` (CACHEWATCH_MODELS_FILE).\n\n" + "\n".join(rules)
 
 
 @dataclass
@@ -168,9 +198,13 @@ def run_demo(folder: Path, port: int, keep_serving: bool = True) -> list[dict[st
     database = folder / "cachewatch-demo.db"
     for suffix in ("", "-wal", "-shm"):
         Path(f"{database}{suffix}").unlink(missing_ok=True)
+    scenario = demo_scenario()
+    models = folder / "models.toml"
+    models.write_text(models_file(scenario))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEWATCH_")}
     env.update(
         CACHEWATCH_DATABASE_URL=f"sqlite:///{database}",
+        CACHEWATCH_MODELS_FILE=str(models),
         CACHEWATCH_PUBLIC_READ="true",
         CACHEWATCH_PUBLIC_URL=f"http://127.0.0.1:{port}",
         CACHEWATCH_RUN_JOBS="false",
@@ -187,9 +221,10 @@ def run_demo(folder: Path, port: int, keep_serving: bool = True) -> list[dict[st
     server = _start_server(env, port, folder / "server.log")
     print(f"cachewatch is serving {server.url} (SQLite at {database})", flush=True)
     try:
-        result = simulate(demo_scenario())
+        result = simulate(scenario)
+        names = " and ".join(spec.name for spec in scenario.services)
         print(
-            f"simulated 4 days of {SERVICE}: {len(result.records):,} requests, "
+            f"simulated 4 days of {names}: {len(result.records):,} requests, "
             f"{len(result.events)} posted change events ({_since(started)})",
             flush=True,
         )
@@ -269,8 +304,23 @@ def _print_regression(r: dict[str, Any]) -> None:
     else:
         source = "no change event nearby"
     print(
-        f"- {r['change_ts']}  hit rate {before['hit_rate']:.0%} -> {after['hit_rate']:.0%}  "
-        f"cause {r['cause']}  after {source}  [{r['status']}]"
+        f"- {r['change_ts']}  {r['service']}  hit rate {before['hit_rate']:.0%} -> "
+        f"{after['hit_rate']:.0%}  cause {r['cause']}  after {source}  [{r['status']}]"
     )
+    print(f"    {_cost_line(r.get('cost'))}")
     for line in r["evidence"] or []:
         print(f"    {line}")
+
+
+def _cost_line(cost: Any) -> str:
+    if not isinstance(cost, dict):
+        return "cost unknown: no prices for this model"
+    return (
+        f"costs about {_usd_per_day(cost['extra_usd_per_day'])} more "
+        f"({_usd_per_day(cost['usd_per_day_before'])} at the rate before, "
+        f"{_usd_per_day(cost['usd_per_day_after'])} after)"
+    )
+
+
+def _usd_per_day(usd: float) -> str:
+    return f"${usd:,.0f}/day"
