@@ -37,13 +37,22 @@ def family(name: str) -> re.Pattern[str]:
 
 
 @dataclass(frozen=True)
+class FamilyMinimum:
+    """The minimum cacheable prompt of one model family, `name` as the docs write it."""
+
+    name: str
+    pattern: re.Pattern[str]
+    min_prompt_tokens: int
+
+
+@dataclass(frozen=True)
 class BuiltIn:
     """One provider's figures: a TTL and a minimum, and minimums per model family."""
 
     provider: str
     ttl_s: float | None
     min_prompt_tokens: int
-    by_family: tuple[tuple[re.Pattern[str], int], ...] = ()
+    by_family: tuple[FamilyMinimum, ...] = ()
 
     @property
     def source(self) -> str:
@@ -51,14 +60,18 @@ class BuiltIn:
 
     def min_tokens_for(self, model: str) -> int:
         name = model.lower()
-        for pattern, minimum in self.by_family:
-            if pattern.search(name):
-                return minimum
+        for entry in self.by_family:
+            if entry.pattern.search(name):
+                return entry.min_prompt_tokens
         return self.min_prompt_tokens
 
 
-def _minimums(table: dict[int, tuple[str, ...]]) -> tuple[tuple[re.Pattern[str], int], ...]:
-    return tuple((family(name), minimum) for minimum, names in table.items() for name in names)
+def _minimums(table: dict[int, tuple[str, ...]]) -> tuple[FamilyMinimum, ...]:
+    return tuple(
+        FamilyMinimum(name, family(name), minimum)
+        for minimum, names in table.items()
+        for name in names
+    )
 
 
 # Anthropic's minimum cacheable prompt per model (docs/providers.md); the rest: 1,024.
@@ -71,13 +84,13 @@ _CLAUDE_MINIMUMS = _minimums(
 )
 
 _GOOGLE_MINIMUMS = (
-    (re.compile(r"gemini-2\.5-"), 2048),
-    (re.compile(r"gemini-3-pro"), 4096),
-    (re.compile(r"gemini-3\.\d"), 4096),
-    (re.compile(r"gemini-4"), 4096),
+    FamilyMinimum("gemini-2.5", re.compile(r"gemini-2\.5-"), 2048),
+    FamilyMinimum("gemini-3-pro", re.compile(r"gemini-3-pro"), 4096),
+    FamilyMinimum("gemini-3.x", re.compile(r"gemini-3\.\d"), 4096),
+    FamilyMinimum("gemini-4", re.compile(r"gemini-4"), 4096),
 )
 
-_NOVA_MINIMUMS = ((re.compile(r"amazon\.nova-"), 1000),)
+_NOVA_MINIMUMS = (FamilyMinimum("amazon.nova", re.compile(r"amazon\.nova-"), 1000),)
 
 BUILT_INS: dict[str, BuiltIn] = {
     b.provider: b

@@ -5,10 +5,12 @@ The file is parsed by the standard library's `tomllib`, whose syntax errors name
 their line. The rules are then validated by pydantic models (unknown keys refused,
 strict types: a quoted "300" is not a number, nor `true` a count). tomllib keeps no
 positions, so the line of a semantic error comes from a scan of the text for the
-`[[model]]` headers and the `key =` lines inside each: the scan only locates what
-tomllib already parsed, it parses nothing itself. When the scan cannot match the
-parsed tables one to one (rules written as an inline array, `model = [{...}]`), the
-error names the line of `model =` instead. Any error refuses the whole file.
+`[[model]]` headers and the `key =` lines inside each. A line that looks like one
+but lies inside a multi-line string is told apart by tomllib itself: the text
+before a real header or key line is a complete document, the text before a line
+inside a string is not. When the scan cannot match the parsed tables one to one
+(rules written as an inline array, `model = [{...}]`), the error names the line of
+`model =` instead. Any error refuses the whole file.
 """
 
 from __future__ import annotations
@@ -199,6 +201,8 @@ class _Locator:
     def __init__(self, text: str, tables: int) -> None:
         self.lines = text.splitlines()
         headers = [n for n, line in enumerate(self.lines, 1) if _HEADER.match(line)]
+        if len(headers) != tables:  # lookalikes inside strings? (a parse per candidate)
+            headers = [n for n in headers if self._starts(n)]
         # Only trusted when it agrees with what tomllib parsed, table for table.
         self.headers = headers if len(headers) == tables else []
 
@@ -218,17 +222,25 @@ class _Locator:
     def _key_line(self, header: int, key: str) -> int | None:
         for n in range(header + 1, len(self.lines) + 1):
             line = self.lines[n - 1]
-            if _ANY_HEADER.match(line):
+            if _ANY_HEADER.match(line) and self._starts(n):
                 return None
             found = _KEY.match(line)
-            if found and key in found.groups():
+            if found and key in found.groups() and self._starts(n):
                 return n
         return None
+
+    def _starts(self, line: int) -> bool:
+        """Whether `line` starts a statement: the text before it parses whole."""
+        try:
+            tomllib.loads("\n".join(self.lines[: line - 1]))
+        except tomllib.TOMLDecodeError:
+            return False
+        return True
 
     def _top_level_line(self, key: str) -> int:
         quoted = rf"""(?:{re.escape(key)}|"{re.escape(key)}"|'{re.escape(key)}')"""
         pattern = re.compile(rf"^\s*(?:\[\[?\s*{quoted}\s*[\].]|{quoted}\s*[=.])")
         for n, line in enumerate(self.lines, 1):
-            if pattern.match(line):
+            if pattern.match(line) and self._starts(n):
                 return n
         return 1
