@@ -99,7 +99,7 @@ def ttl_release_story(
     *,
     name: str = "research-assistant",
     model: str = "claude-sonnet-4-5",
-    peak_rate: float = 0.12,
+    peak_rate: float = 0.08,
     deploys: tuple[str, str, str] = ("v6.4.0", "v7.0.0", "v7.0.1"),
 ) -> tuple[Service, tuple[Change, ...]]:
     """A research assistant on Anthropic's API, and a release that sets its cache
@@ -126,7 +126,7 @@ def ttl_release_story(
         reply=LengthDist(500, 0.5, 20, 4_000),
         turns_mean=5.0,
         max_turns=20,
-        think_time_s=LengthDist(600, 0.3, 120, 2_400),
+        think_time_s=LengthDist(600, 0.2, 120, 2_400),
     )
     service = Service(
         name=name,

@@ -2,7 +2,9 @@
 provider sees instead of replicas with KV caches.
 
 The rules modelled, from Anthropic's "Prompt caching" documentation
-(docs.anthropic.com/en/docs/build-with-claude/prompt-caching, read 2025-12):
+(<https://platform.claude.com/docs/en/build-with-claude/prompt-caching>, as
+quoted by the gateways that document it, read 2026-12; docs/providers.md lists
+the figures cachewatch itself assumes):
 
 1. Scope: the cache belongs to the provider's account and the model, not to a
    server the caller picks. Nothing is routed, and records name no replica.
