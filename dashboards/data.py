@@ -60,7 +60,7 @@ def context(session: Session, raw: RawFilters, now_us: int) -> Context:
     return Context(resolve(raw, selection.newest_us, now_us), selection)
 
 
-def headline_values(sums: dict[str, int]) -> dict[str, Any]:
+def headline_values(sums: dict[str, float]) -> dict[str, Any]:
     """The headline numbers from range sums, with the contract's definitions."""
     return {
         "requests": sums["requests"],

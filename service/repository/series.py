@@ -9,7 +9,7 @@ import polars as pl
 from sqlalchemy import Table, func, literal, select, union_all
 from sqlalchemy.orm import Session
 
-from service.analytics.definitions import SUM_COLUMNS
+from service.analytics.definitions import SUM_COLUMNS, as_sum
 from service.models import ChartRollup
 from service.repository.analytics import PREFIX_TABLE, ROLLUP_TABLE
 from service.rollups.chart import CHART_SCHEMA
@@ -113,9 +113,9 @@ def sum_series_rows(
     model: str,
     segments: Sequence[Segment],
     columns: Sequence[str],
-) -> dict[str, int]:
+) -> dict[str, float]:
     """Sums of the columns over the segments, computed by the database."""
-    totals = dict.fromkeys(columns, 0)
+    totals: dict[str, float] = dict.fromkeys(columns, 0)
     c = CHART_TABLE.c
     for segment in segments:
         row = session.execute(
@@ -124,7 +124,7 @@ def sum_series_rows(
             )
         ).one()
         for name, value in zip(columns, row, strict=True):
-            totals[name] += int(value)
+            totals[name] += as_sum(name, value)
     return totals
 
 

@@ -143,7 +143,7 @@ def scope_of(selection: Selection, model: str | None, from_us: int, to_us: int) 
     return Scope(selection.services, selection.models, model, from_us, to_us)
 
 
-def range_totals(session: Session, scope: Scope) -> dict[str, int]:
+def range_totals(session: Session, scope: Scope) -> dict[str, float]:
     """TOTAL_COLUMNS summed over the range by the database (no rows come back)."""
     if not scope.services:
         return dict.fromkeys(TOTAL_COLUMNS, 0)
@@ -198,8 +198,8 @@ class SeriesReading:
     events and regressions to mark."""
 
     answer: SeriesAnswer | None
-    current: dict[str, int]
-    previous: dict[str, int]
+    current: dict[str, float]
+    previous: dict[str, float]
     events: Sequence[ChangeEvent]
     regressions: list[Regression]
 
