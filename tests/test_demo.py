@@ -57,7 +57,7 @@ def test_demo_story(
     sink = tmp_path / "slack-messages.jsonl"
     messages = [json.loads(line) for line in sink.read_text().splitlines()]
     sent = json.dumps(messages)
-    for release in ("v3.5.0", "v3.6.0"):
+    for release in ("v3.5.0", "v3.6.0", "v7.0.0"):
         assert f"deploy `{release}`" in sent
     assert "`system` went from 1 to" in sent and "`tools` went from 1 to" in sent
     assert "the change to 4 replicas" in sent
