@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from service.analytics.definitions import ratios
-from service.ingest.records import provider_usage_fields
+from service.ingest.records import UsageRecordIn
 from service.simulate.cache import ReplicaCache, key_hash
 from service.simulate.managed import PromptCache, anthropic_usage
 from service.simulate.prompt import EMPTY, Hashed, Piece, hash_prompt, mix64
@@ -70,11 +70,11 @@ class SimulationResult:
 
 def token_counts(record: Record) -> tuple[int, int]:
     """A record's (prompt_tokens, cached_tokens) as ingest reads them (contract
-    section 1): its own fields, over those of its provider `usage` object."""
-    fields = record
-    if isinstance(record.get("usage"), dict):
-        fields = {**provider_usage_fields(record["usage"]), **record}
-    return int(fields["prompt_tokens"]), int(fields.get("cached_tokens", 0))
+    section 1): its own fields, else ingest's reading of its provider `usage`."""
+    if "prompt_tokens" in record:
+        return int(record["prompt_tokens"]), int(record.get("cached_tokens", 0))
+    parsed = UsageRecordIn.model_validate(record)
+    return parsed.prompt_tokens, parsed.cached_tokens
 
 
 @dataclass(slots=True)

@@ -4,7 +4,7 @@ reads back."""
 
 import pytest
 
-from service.ingest.records import provider_usage_fields
+from service.ingest.records import UsageRecordIn
 from service.simulate.managed import PromptCache, Served, anthropic_usage, split_prompt
 
 BLOCK = 256
@@ -103,10 +103,11 @@ def test_the_usage_object_reads_back_as_the_request_was_served(
     served: Served, ttl_s: float
 ) -> None:
     usage = anthropic_usage(served, ttl_s, output_tokens=80)
-    fields = provider_usage_fields(usage)  # what ingest makes of it
-    assert fields["prompt_tokens"] == served.prompt_tokens
-    assert fields["cached_tokens"] == served.read
-    assert fields["completion_tokens"] == 80
+    record = {"request_id": "r", "ts": 0, "service": "s", "model": "m", "usage": usage}
+    parsed = UsageRecordIn.model_validate(record)  # what ingest makes of it
+    assert parsed.prompt_tokens == served.prompt_tokens
+    assert parsed.cached_tokens == served.read
+    assert parsed.completion_tokens == 80
     assert usage["cache_creation_input_tokens"] == served.written
     split = usage["cache_creation"]
     long_writes = served.written if ttl_s == HOUR else 0
