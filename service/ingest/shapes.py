@@ -39,6 +39,9 @@ BEDROCK = "bedrock"
 DEEPSEEK = "deepseek"
 VLLM = "vllm"
 
+# OpenAI's API: a host in this domain is OpenAI itself, not an engine that answers
+# in OpenAI's shapes (`openai_if_managed`).
+OPENAI_DOMAIN = "openai.com"
 # Where a record carries its provider's usage object, in the order looked at: the
 # first holding an object is read, the others are ignored like unknown fields.
 USAGE_KEYS = ("usage", "usageMetadata", "usage_metadata")
@@ -93,6 +96,17 @@ def usage_fields(usage: dict[str, Any], key: str, replica: Any) -> dict[str, Any
             fields["completion_tokens"] = usage[name]
             break
     return fields
+
+
+def openai_if_managed(host: Any) -> str | None:
+    """`openai` for a request that OpenAI's API served: one naming no host (a
+    managed API names no replica), or a host of OPENAI_DOMAIN; None for any other
+    host, an engine that speaks OpenAI's API (vLLM, SGLang, a gateway)."""
+    if host is None:
+        return OPENAI
+    if isinstance(host, str) and (host == OPENAI_DOMAIN or host.endswith("." + OPENAI_DOMAIN)):
+        return OPENAI
+    return None
 
 
 def _openai(usage: dict[str, Any], prompt: str, details: str, replica: Any) -> dict[str, Any]:
