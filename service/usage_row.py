@@ -77,6 +77,8 @@ TEXT_FIELDS: tuple[TextField, ...] = (
     _text_field("cache_key", may_be_empty=True),
     _text_field("tenant", may_be_empty=True),
     _text_field("prefix_hash"),
+    _text_field("provider"),
+    _text_field("scenario"),
 )
 TEXT_FIELD_NAMES: tuple[str, ...] = tuple(field.name for field in TEXT_FIELDS)
 TEXT_FIELDS_BY_NAME: dict[str, TextField] = {field.name: field for field in TEXT_FIELDS}

@@ -17,7 +17,8 @@ Two entry points:
     range), so a record with unknown fields takes the `convert_value` path;
   - every int is bounded to int64 in the type, or checked here: orjson turns an
     int outside [-2**63, 2**64 - 1] into a float, which pydantic then refuses;
-  - `usage` is kept as raw JSON and decoded by orjson itself.
+  - a provider usage object (`usage`, Gemini's `usageMetadata` or
+    `usage_metadata`) is kept as raw JSON and decoded by orjson itself.
 - `convert_value`: a record already decoded by orjson (array bodies, single
   objects, lines with unknown fields): `msgspec.convert` onto the same fields.
 
@@ -50,8 +51,9 @@ from service.ingest.records import (
     MAX_MS,
     MAX_SEGMENT_NAME_LENGTH,
     MAX_SEGMENTS,
-    provider_usage_fields,
+    MAX_TTL_S,
 )
+from service.ingest.shapes import DERIVED_COUNTS, DERIVED_FIELDS, USAGE_KEYS, Invalid, usage_fields
 from service.ingest.timestamps import END_S, MAX_FUTURE_US, parse_ts
 from service.usage_row import TEXT_FIELDS_BY_NAME, json_as_text
 
@@ -66,6 +68,7 @@ _MAX_MS = float(MAX_MS)
 Int64 = Annotated[int, Meta(ge=_INT64_MIN, le=_INT64_MAX)]
 Count = Annotated[int, Meta(ge=0, le=_INT64_MAX)]
 Millis = Annotated[int, Meta(ge=0, le=MAX_MS)] | Annotated[float, Meta(ge=0, le=_MAX_MS)]
+Seconds = Annotated[int, Meta(gt=0, le=MAX_TTL_S)] | Annotated[float, Meta(gt=0, le=MAX_TTL_S)]
 # Hash ints are unbounded here (uint64 hashes are common) and range-checked below.
 HashValue = Annotated[str, Meta(max_length=MAX_HASH_LENGTH)] | int
 Attributes = Annotated[dict[str, str | bool | Int64 | float], Meta(max_length=MAX_ATTRIBUTES)]
@@ -90,9 +93,9 @@ class _LineSegment(_Segment, forbid_unknown_fields=True):
 
 
 class _Fields(msgspec.Struct, gc=False):
-    """The fields of `UsageRecordIn`, in its order (which is the row's). The three
-    a provider `usage` can supply are UNSET when absent, as fields on the record
-    win over `usage` even when null."""
+    """The fields of `UsageRecordIn`, in its order (which is the row's). Those a
+    provider usage object can supply (`shapes.DERIVED_FIELDS`) are UNSET when
+    absent, as fields on the record win over `usage` even when null."""
 
     request_id: Annotated[str, _text("request_id")]
     ts: str | Int64 | float
@@ -113,16 +116,25 @@ class _Fields(msgspec.Struct, gc=False):
     prefix_hash: Annotated[str, _text("prefix_hash")] | None = None
     prefix_tokens: Count | None = None
     attributes: Attributes | None = None
+    cache_write_tokens: Count | UnsetType = UNSET
+    cache_ttl_s: Seconds | UnsetType | None = UNSET
+    provider: Annotated[str, _text("provider")] | UnsetType | None = UNSET
+    scenario: Annotated[str, _text("scenario")] | None = None
 
 
 class _LineRecord(_Fields, forbid_unknown_fields=True):
     segments: Annotated[list[_LineSegment], Meta(max_length=MAX_SEGMENTS)] | None = None
+    # shapes.USAGE_KEYS, in their order
     usage: msgspec.Raw | UnsetType = UNSET
+    usageMetadata: msgspec.Raw | UnsetType = UNSET
+    usage_metadata: msgspec.Raw | UnsetType = UNSET
 
 
 class _ValueRecord(_Fields):
     segments: Annotated[list[_Segment], Meta(max_length=MAX_SEGMENTS)] | None = None
-    usage: Any = None
+    usage: Any = UNSET
+    usageMetadata: Any = UNSET
+    usage_metadata: Any = UNSET
 
 
 FastRecord = _LineRecord | _ValueRecord
@@ -152,16 +164,22 @@ def decode_lines(text: bytes | memoryview) -> list[_LineRecord] | None:
 
 
 def finish_line(record: _LineRecord) -> bool:
-    """Apply a decoded line's raw `usage`; False when orjson finds it is not JSON
-    or one of its counts is invalid (the line then takes the fallback)."""
-    if record.usage is not UNSET:
-        try:
-            usage = orjson.loads(memoryview(record.usage))  # Raw is a buffer
+    """Apply a decoded line's raw usage object; False when orjson finds one is not
+    JSON or a field it gives is invalid (the line then takes the fallback)."""
+    if record.usage is UNSET and record.usageMetadata is UNSET and record.usage_metadata is UNSET:
+        return True  # the common case: one check
+    values = []
+    for key in USAGE_KEYS:
+        raw = getattr(record, key)
+        if raw is UNSET:
+            values.append(UNSET)
+            continue
+        try:  # every one: orjson reads the whole line, also the objects not used
+            values.append(orjson.loads(memoryview(raw)))  # Raw is a buffer
         except orjson.JSONDecodeError:
             return False  # the line is not JSON to orjson either
-        record.usage = UNSET
-        return _apply_usage(record, usage)
-    return True
+        setattr(record, key, UNSET)
+    return _apply_usage(record, values)
 
 
 def convert_value(value: dict[str, Any]) -> _ValueRecord | None:
@@ -170,21 +188,27 @@ def convert_value(value: dict[str, Any]) -> _ValueRecord | None:
         record = msgspec.convert(value, _ValueRecord)
     except (msgspec.ValidationError, RecursionError):
         return None
-    usage, record.usage = record.usage, None
-    return record if _apply_usage(record, usage) else None
+    values = [getattr(record, key) for key in USAGE_KEYS]
+    record.usage = record.usageMetadata = record.usage_metadata = UNSET
+    return record if _apply_usage(record, values) else None
 
 
-def _apply_usage(record: FastRecord, usage: Any) -> bool:
-    """`UsageRecordIn._from_provider_usage`: the provider's fields under the
-    record's own. False when one of them is not a valid count."""
-    if type(usage) is not dict:
-        return True  # ignored, like any unknown field
-    fields = provider_usage_fields(usage)
-    for name in ("prompt_tokens", "cached_tokens", "completion_tokens"):
+def _apply_usage(record: FastRecord, values: list[Any]) -> bool:
+    """`UsageRecordIn._from_provider_usage`: the fields of the first usage object
+    (`values`: the record's USAGE_KEYS, UNSET when absent) under the record's own.
+    False when one of them is not valid (pydantic then says why)."""
+    objects = [(k, v) for k, v in zip(USAGE_KEYS, values, strict=True) if type(v) is dict]
+    if not objects:
+        return True  # none: the others are ignored, like any unknown field
+    key, usage = objects[0]
+    fields = usage_fields(usage, key, record.replica)
+    for name in DERIVED_FIELDS:
         if name in fields and getattr(record, name) is UNSET:
             value = fields[name]
+            if type(value) is Invalid:
+                return False
             # A JSON int from orjson, >= 0: what pydantic's strict count accepts.
-            if type(value) is not int or not 0 <= value <= _INT64_MAX:
+            if name in DERIVED_COUNTS and (type(value) is not int or not 0 <= value <= _INT64_MAX):
                 return False
             setattr(record, name, value)
     return True
@@ -206,12 +230,24 @@ def record_values(
         cached_tokens = 0
     elif cached_tokens > prompt_tokens:
         return None
+    cache_write_tokens = record.cache_write_tokens
+    if cache_write_tokens is UNSET:
+        cache_write_tokens = 0
+    elif cache_write_tokens > prompt_tokens - cached_tokens:
+        return None
     completion_tokens = record.completion_tokens
     if completion_tokens is UNSET:
         completion_tokens = None
+    cache_ttl_s = record.cache_ttl_s
+    if cache_ttl_s is UNSET:
+        cache_ttl_s = None
+    provider = record.provider
+    if provider is UNSET:
+        provider = None
     request_id, service, model = record.request_id, record.service, record.model
     replica, deploy, session_id = record.replica, record.deploy, record.session_id
     cache_key, tenant, prefix_hash = record.cache_key, record.tenant, record.prefix_hash
+    scenario = record.scenario
     # PostgreSQL text cannot hold NUL: every one of `usage_row.TEXT_FIELDS`, in
     # its order, written out (see the module's docstring).
     if check_nul and (
@@ -224,6 +260,8 @@ def record_values(
         or (cache_key is not None and "\x00" in cache_key)
         or (tenant is not None and "\x00" in tenant)
         or (prefix_hash is not None and "\x00" in prefix_hash)
+        or (provider is not None and "\x00" in provider)
+        or (scenario is not None and "\x00" in scenario)
     ):
         return None
     block_size, block_hashes = record.block_size, record.block_hashes
@@ -280,10 +318,10 @@ def record_values(
         prefix_tokens,
         segments,
         attributes,
-        0,  # cache_write_tokens, cache_ttl_s, provider, scenario: not read yet
-        None,
-        None,
-        None,
+        cache_write_tokens,
+        cache_ttl_s,
+        provider,
+        scenario,
     )
     if segments is None and attributes is None:
         return row  # no JSON to write as text (most records): no call

@@ -14,6 +14,7 @@ import orjson
 
 from service.ingest.otlp import OtlpItem
 from service.ingest.records import INT64_MAX, UsageRecordIn
+from service.ingest.shapes import BEDROCK, GOOGLE, OPENAI, openai_if_managed
 
 # First name present wins: the current semantic conventions, then older names
 # still emitted by instrumentations (OpenLLMetry, OpenLIT, older semconv).
@@ -28,14 +29,33 @@ CACHE_READ = (
     "gen_ai.usage.input_tokens_details.cached_tokens",
     "llm.usage.cache_read_input_tokens",
 )
+# Tokens written to the provider's cache (the record's cache_write_tokens). The
+# current conventions count them, and cache reads, inside input_tokens ("SHOULD be
+# included in gen_ai.usage.input_tokens"): then prompt_tokens = input_tokens.
+CACHE_CREATION = ("gen_ai.usage.cache_creation.input_tokens",)
 # Anthropic's own field names, as older instrumentations copy them: with one of
-# these, input_tokens is read as Anthropic's (uncached part only; contract's
-# Anthropic row). The semconv name `gen_ai.usage.cache_creation.input_tokens` is
-# not among them: semconv's input_tokens already includes cached tokens.
+# these (and neither cache name of the current conventions), input_tokens is read
+# as Anthropic's (uncached part only; contract's Anthropic row): the three add up.
 ANTHROPIC_CACHE_CREATION = (
     "gen_ai.usage.cache_creation_input_tokens",
     "llm.usage.cache_creation_input_tokens",
 )
+# The cache names of the current conventions: with one, they are the counting.
+_SEMCONV_CACHE = ("gen_ai.usage.cache_read.input_tokens", *CACHE_CREATION)
+# Who served the call: the current name, then the one it replaced.
+PROVIDER = ("gen_ai.provider.name", "gen_ai.system")
+# The conventions' well-known values (and gen_ai.system's older ones) for the
+# providers that records name otherwise (service.ingest.shapes); any other value is
+# kept as it is. `openai` is the instrumented client library, whatever answered it
+# (the conventions say so): it stays only for OpenAI's API (`openai_if_managed`).
+PROVIDER_NAMES = {
+    "aws.bedrock": BEDROCK,
+    "gcp.gemini": GOOGLE,
+    "gcp.vertex_ai": GOOGLE,
+    "gcp.gen_ai": GOOGLE,
+    "gemini": GOOGLE,
+    "vertex_ai": GOOGLE,
+}
 OUTPUT_TOKENS = (
     "gen_ai.usage.output_tokens",
     "gen_ai.usage.completion_tokens",
@@ -52,7 +72,18 @@ PREFIX = "cachewatch."
 # `attributes` (not mapped). In the model's order, which is the record's key order.
 _NOT_OVERRIDABLE = frozenset({"ts", "latency_ms", "attributes"})
 OVERRIDABLE = tuple(name for name in UsageRecordIn.model_fields if name not in _NOT_OVERRIDABLE)
-_USAGE_NAMES = frozenset((*INPUT_TOKENS, *CACHE_READ, *OUTPUT_TOKENS, PREFIX + "prompt_tokens"))
+# Fields whose `cachewatch.*` value stays as sent (the others: a whole double is an int).
+_NUMBERS = frozenset({"ttft_ms", "cache_ttl_s"})
+_USAGE_NAMES = frozenset(
+    (
+        *INPUT_TOKENS,
+        *CACHE_READ,
+        *CACHE_CREATION,
+        *ANTHROPIC_CACHE_CREATION,
+        *OUTPUT_TOKENS,
+        PREFIX + "prompt_tokens",
+    )
+)
 
 
 def is_genai(item: OtlpItem) -> bool:
@@ -76,6 +107,7 @@ def to_record(item: OtlpItem) -> dict[str, Any]:
     if item.end_ns >= item.start_ns > 0:
         record["latency_ms"] = (item.end_ns - item.start_ns) / 1e6
     record.update(_tokens(attrs))
+    record["provider"] = _provider(attrs)
     ttft = _ttft_ms(item)
     if ttft is not None:
         record["ttft_ms"] = ttft
@@ -97,9 +129,20 @@ def _tokens(attrs: dict[str, Any]) -> dict[str, Any]:
     prompt = _integral(_first(attrs, INPUT_TOKENS))
     cached = _integral(_first(attrs, CACHE_READ))
     created = _integral(_first(attrs, ANTHROPIC_CACHE_CREATION))
-    if created is not None:  # Anthropic's counting: input_tokens excludes the cache
-        prompt = _sum(prompt, cached, created)
-    return {"prompt_tokens": prompt, "cached_tokens": cached}
+    if created is not None and _first(attrs, _SEMCONV_CACHE) is None:
+        prompt = _sum(prompt, cached, created)  # Anthropic's: input_tokens excludes the cache
+    else:
+        created = _integral(_first(attrs, (*CACHE_CREATION, *ANTHROPIC_CACHE_CREATION)))
+    return {"prompt_tokens": prompt, "cached_tokens": cached, "cache_write_tokens": created}
+
+
+def _provider(attrs: dict[str, Any]) -> Any:
+    """`gen_ai.provider.name` (else `gen_ai.system`) in the records' names; not a
+    string: passed on, for validation to reject."""
+    name = _first(attrs, PROVIDER)
+    if name == OPENAI:
+        return openai_if_managed(attrs.get("server.address"))
+    return PROVIDER_NAMES.get(name, name) if isinstance(name, str) else name
 
 
 def _ttft_ms(item: OtlpItem) -> Any:
@@ -127,7 +170,7 @@ def _cachewatch_fields(attrs: dict[str, Any], resource: dict[str, Any]) -> dict[
             # string stays and validation says segments must be a list.
             with contextlib.suppress(orjson.JSONDecodeError):
                 value = orjson.loads(value)
-        elif name != "ttft_ms":
+        elif name not in _NUMBERS:
             value = _integral(value)
         fields[name] = value
     return fields

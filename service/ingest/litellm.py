@@ -10,6 +10,16 @@ from urllib.parse import urlsplit
 
 from service.ingest.body import BodyItem
 from service.ingest.records import UsageRecordIn
+from service.ingest.shapes import (
+    ANTHROPIC,
+    BEDROCK,
+    DEEPSEEK,
+    GOOGLE,
+    ONE_HOUR_S,
+    OPENAI,
+    VLLM,
+    openai_if_managed,
+)
 from service.usage_row import TEXT_FIELDS_BY_NAME
 
 DEFAULT_SERVICE = "litellm"
@@ -24,12 +34,28 @@ _MEASURED = frozenset(
         "model",
         "prompt_tokens",
         "cached_tokens",
+        "cache_write_tokens",
         "completion_tokens",
         "ttft_ms",
         "latency_ms",
     }
 )
 METADATA_FIELDS = tuple(name for name in UsageRecordIn.model_fields if name not in _MEASURED)
+# LiteLLM's `custom_llm_provider` for the providers that records name otherwise
+# (service.ingest.shapes); any other value is kept as it is. Its OpenAI clients
+# also serve OpenAI-compatible engines (`api_base`): see `_provider`.
+PROVIDER_NAMES = {
+    "text-completion-openai": OPENAI,
+    "anthropic": ANTHROPIC,
+    "bedrock": BEDROCK,
+    "gemini": GOOGLE,
+    "vertex_ai": GOOGLE,
+    "vertex_ai_beta": GOOGLE,
+    "deepseek": DEEPSEEK,
+    "hosted_vllm": VLLM,
+}
+# OpenAI's `prompt_cache_retention` request parameter: the lifetime it asks for.
+RETENTION_TTL_S = {"24h": 86_400}
 
 
 def is_litellm_payload(value: Any) -> bool:
@@ -73,6 +99,7 @@ def to_record(payload: dict[str, Any]) -> dict[str, Any]:
         "tenant": payload.get("end_user") or None,
         "ttft_ms": _millis(payload.get("completionStartTime"), started),
         "latency_ms": _millis(payload.get("endTime"), started),
+        "provider": _provider(payload),
     }
     record.update(_tokens(payload, metadata))
     record.update(_caller_fields(metadata))
@@ -92,21 +119,49 @@ def _team(metadata: dict[str, Any]) -> Any:
 _REPLICA_CHARS = TEXT_FIELDS_BY_NAME["replica"].max_length
 
 
+def _api_base(payload: dict[str, Any]) -> str | None:
+    """The endpoint called: `api_base`, else `hidden_params.api_base`."""
+    for base in (payload.get("api_base"), _dict(payload.get("hidden_params")).get("api_base")):
+        if isinstance(base, str) and base:
+            return base
+    return None
+
+
 def _replica(payload: dict[str, Any]) -> str | None:
     """Where the KV cache lives: the engine endpoint (api_base, as host[:port]), else
     the router's deployment id. Two deployments of one engine share its cache."""
     hidden = _dict(payload.get("hidden_params"))
-    for base in (payload.get("api_base"), hidden.get("api_base")):
-        if isinstance(base, str) and base:
-            try:
-                netloc = urlsplit(base).netloc
-            except ValueError:
-                netloc = ""
-            return (netloc or base)[:_REPLICA_CHARS]
+    base = _api_base(payload)
+    if base is not None:
+        try:
+            netloc = urlsplit(base).netloc
+        except ValueError:
+            netloc = ""
+        return (netloc or base)[:_REPLICA_CHARS]
     for model_id in (payload.get("model_id"), hidden.get("model_id")):
         if isinstance(model_id, str) and model_id:
             return model_id[:_REPLICA_CHARS]
     return None
+
+
+def _provider(payload: dict[str, Any]) -> Any:
+    """`custom_llm_provider` in the records' names. `openai` (LiteLLM's OpenAI
+    client) only when the endpoint is OpenAI's own, or none is named; not a
+    string: passed on, for validation to reject."""
+    name = payload.get("custom_llm_provider")
+    if not isinstance(name, str) or not name:
+        return name or None
+    provider = PROVIDER_NAMES.get(name, name)
+    if provider != OPENAI:
+        return provider
+    base = _api_base(payload)
+    if base is None:
+        return openai_if_managed(None)
+    try:
+        host = urlsplit(base).hostname
+    except ValueError:
+        host = None
+    return openai_if_managed(host or base)  # no scheme: `base` is the host
 
 
 def _millis(later: Any, earlier: Any) -> Any:
@@ -118,30 +173,54 @@ def _millis(later: Any, earlier: Any) -> Any:
 
 def _tokens(payload: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
     """The provider's usage as LiteLLM normalized it (OpenAI form, prompt_tokens
-    including cached ones, also for Anthropic): in the response, else in
-    `metadata.usage_object` / `hidden_params.usage_object`; else the payload's
-    own totals, nothing cached."""
+    including cache reads and writes, also for Anthropic): in the response, else
+    in `metadata.usage_object` / `hidden_params.usage_object`; else the payload's
+    own totals, nothing cached. The cache lifetime: from the usage, else the
+    request's `prompt_cache_retention`."""
     response = _dict(payload.get("response"))
     hidden = _dict(payload.get("hidden_params"))
+    retention = _dict(payload.get("model_parameters")).get("prompt_cache_retention")
+    asked = {"cache_ttl_s": RETENTION_TTL_S.get(retention) if isinstance(retention, str) else None}
     for usage in (
         response.get("usage"),
         metadata.get("usage_object"),
         hidden.get("usage_object"),
     ):
         if isinstance(usage, dict) and "prompt_tokens" in usage:
-            details = _dict(usage.get("prompt_tokens_details"))
-            cached = details.get("cached_tokens")
-            if cached is None:
-                cached = usage.get("cache_read_input_tokens")
-            return {
-                "prompt_tokens": usage.get("prompt_tokens"),
-                "cached_tokens": 0 if cached is None else cached,
-                "completion_tokens": usage.get("completion_tokens"),
-            }
+            return {**asked, **_usage_fields(usage)}
     return {
+        **asked,
         "prompt_tokens": payload.get("prompt_tokens"),
         "completion_tokens": payload.get("completion_tokens"),
     }
+
+
+def _usage_fields(usage: dict[str, Any]) -> dict[str, Any]:
+    """LiteLLM's `Usage`: the cache reads in `prompt_tokens_details.cached_tokens`
+    (else Anthropic's `cache_read_input_tokens`), the writes in its
+    `cache_write_tokens` (else `cache_creation_input_tokens`), the one-hour writes
+    in `cache_creation_token_details` (else Anthropic's `cache_creation`)."""
+    details = _dict(usage.get("prompt_tokens_details"))
+    cached = _first_present(details.get("cached_tokens"), usage.get("cache_read_input_tokens"))
+    written = _first_present(
+        details.get("cache_write_tokens"), usage.get("cache_creation_input_tokens")
+    )
+    fields = {
+        "prompt_tokens": usage.get("prompt_tokens"),
+        "cached_tokens": 0 if cached is None else cached,
+        "cache_write_tokens": 0 if written is None else written,
+        "completion_tokens": usage.get("completion_tokens"),
+    }
+    for split in (details.get("cache_creation_token_details"), usage.get("cache_creation")):
+        one_hour = _dict(split).get("ephemeral_1h_input_tokens")
+        if type(one_hour) is int and one_hour > 0:
+            fields["cache_ttl_s"] = ONE_HOUR_S
+            break
+    return fields
+
+
+def _first_present(*values: Any) -> Any:
+    return next((v for v in values if v is not None), None)
 
 
 def _caller_fields(metadata: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """Validation of one usage record (contract section 1) into a storable row."""
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import (
@@ -17,6 +18,7 @@ from pydantic import (
 )
 
 from service.ingest.hashing import hash_key, pack_block_hashes
+from service.ingest.shapes import USAGE_KEYS, Invalid, usage_fields
 from service.ingest.timestamps import check_not_future, parse_ts
 from service.usage_row import TEXT_FIELD_NAMES, TEXT_FIELDS_BY_NAME
 
@@ -47,15 +49,29 @@ Count = Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]
 MAX_MS = 365 * 86_400_000
 
 
-def _milliseconds(value: Any) -> Any:
+# A cache lifetime asked for: providers offer minutes to a day (OpenAI's extended
+# retention, 24 h); beyond 30 days it is a unit mistake (milliseconds sent), refused.
+MAX_TTL_S = 30 * 86_400
+
+
+def _number_of(unit: str) -> Callable[[Any], Any]:
     """A string is refused by name: OTLP's NaN and infinities arrive spelled as one
     (service.ingest.genai), and the record must say so, not that a type is wrong."""
-    if isinstance(value, str):
-        raise ValueError(f"must be a number of milliseconds, not the string {value[:40]!r}")
-    return value
+
+    def refuse_strings(value: Any) -> Any:
+        if isinstance(value, str):
+            raise ValueError(f"must be a number of {unit}, not the string {value[:40]!r}")
+        return value
+
+    return refuse_strings
 
 
-Millis = Annotated[StrictInt | StrictFloat, Field(ge=0, le=MAX_MS), BeforeValidator(_milliseconds)]
+Millis = Annotated[
+    StrictInt | StrictFloat, Field(ge=0, le=MAX_MS), BeforeValidator(_number_of("milliseconds"))
+]
+Seconds = Annotated[
+    StrictInt | StrictFloat, Field(gt=0, le=MAX_TTL_S), BeforeValidator(_number_of("seconds"))
+]
 HashText = Annotated[StrictStr, Field(max_length=MAX_HASH_LENGTH)]
 
 
@@ -106,13 +122,27 @@ class UsageRecordIn(BaseModel):
         ]
         | None
     ) = None
+    cache_write_tokens: Count = 0
+    cache_ttl_s: Seconds | None = None
+    provider: Annotated[StrictStr, _text("provider")] | None = None
+    scenario: Annotated[StrictStr, _text("scenario")] | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _from_provider_usage(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or not isinstance(data.get("usage"), dict):
+        """The fields of the provider's usage object (`service.ingest.shapes`) under
+        the record's own, which win even when null."""
+        if not isinstance(data, dict):
             return data
-        return {**provider_usage_fields(data["usage"]), **data}
+        for key in USAGE_KEYS:
+            usage = data.get(key)
+            if isinstance(usage, dict):
+                derived = usage_fields(usage, key, data.get("replica"))
+                for name, value in derived.items():
+                    if isinstance(value, Invalid) and name not in data:
+                        raise ValueError(value.message)
+                return {**derived, **data}
+        return data
 
     @model_validator(mode="after")
     def _check_consistency(self, info: ValidationInfo) -> "UsageRecordIn":
@@ -123,6 +153,8 @@ class UsageRecordIn(BaseModel):
                 raise ValueError(f"{name} must not contain NUL characters")
         if self.cached_tokens > self.prompt_tokens:
             raise ValueError("cached_tokens must not exceed prompt_tokens")
+        if self.cache_write_tokens > self.prompt_tokens - self.cached_tokens:
+            raise ValueError("cache_write_tokens must not exceed prompt_tokens - cached_tokens")
         if self.block_hashes is not None and self.block_size is None:
             raise ValueError("block_hashes needs block_size")
         if self.prefix_hash is not None and self.prefix_tokens is None:
@@ -139,49 +171,6 @@ def received_context(received_us: int) -> dict[str, int]:
     return {"received_us": received_us}
 
 
-def _count(value: Any) -> Any:
-    """A usage count where null means zero (providers send null for 'none')."""
-    return 0 if value is None else value
-
-
-def provider_usage_fields(usage: dict[str, Any]) -> dict[str, Any]:
-    """The contract's provider table: OpenAI Chat (and vLLM, SGLang), OpenAI
-    Responses, Anthropic Messages. Fields already on the record win over these."""
-    fields: dict[str, Any] = {}
-    if "prompt_tokens" in usage:
-        details = usage.get("prompt_tokens_details") or {}
-        fields["prompt_tokens"] = usage["prompt_tokens"]
-        fields["cached_tokens"] = _count(
-            details.get("cached_tokens") if isinstance(details, dict) else None
-        )
-    elif "input_tokens_details" in usage:
-        details = usage.get("input_tokens_details") or {}
-        fields["prompt_tokens"] = usage.get("input_tokens")
-        fields["cached_tokens"] = _count(
-            details.get("cached_tokens") if isinstance(details, dict) else None
-        )
-    elif "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:
-        read = _count(usage.get("cache_read_input_tokens"))
-        created = _count(usage.get("cache_creation_input_tokens"))
-        base = _count(usage.get("input_tokens"))
-        parts = (base, read, created)
-        if all(isinstance(p, int) and not isinstance(p, bool) for p in parts):
-            fields["prompt_tokens"] = base + read + created
-        else:
-            fields["prompt_tokens"] = (
-                "invalid: input_tokens and cache_*_input_tokens must be integers"
-            )
-        fields["cached_tokens"] = read
-    elif "input_tokens" in usage:
-        # An Anthropic usage object with no cache fields at all: nothing was cached.
-        fields["prompt_tokens"] = usage["input_tokens"]
-    for name in ("completion_tokens", "output_tokens"):
-        if usage.get(name) is not None:
-            fields["completion_tokens"] = usage[name]
-            break
-    return fields
-
-
 def format_validation_error(error: ValidationError) -> str:
     parts = []
     for item in error.errors(include_url=False, include_input=False):
@@ -193,12 +182,9 @@ def format_validation_error(error: ValidationError) -> str:
 
 def to_row(record: UsageRecordIn, received_us: int) -> dict[str, Any]:
     """The validated record as a `usage_records` row: its fields under their own
-    names (copied from `__dict__`, twice as fast as 22 attribute reads; this runs
+    names (copied from `__dict__`, twice as fast as 26 attribute reads; this runs
     once per record), `ts` as `ts_us`, hashes packed, plus the derived columns."""
     row = dict(record.__dict__)
-    row.setdefault("cache_write_tokens", 0)  # not read yet
-    for name in ("cache_ttl_s", "provider", "scenario"):
-        row.setdefault(name, None)
     row["ts_us"] = row.pop("ts")
     row["received_us"] = received_us
     if record.block_hashes is not None:

@@ -252,6 +252,149 @@ def test_token_attribute_names(
     assert (row.prompt_tokens, row.cached_tokens) == (prompt, cached)
 
 
+def post_one(client: TestClient, headers: dict[str, str], attrs: dict[str, Any]) -> Any:
+    """One span with only these attributes (and a model)."""
+    request = traces(
+        Span(
+            trace_id=b"\x01" * 16,
+            span_id=b"\x02" * 8,
+            start_time_unix_nano=START_NS,
+            attributes=kvs({"gen_ai.request.model": "m", **attrs}),
+        )
+    )
+    return trace_answer(post(client, headers, request))
+
+
+@pytest.mark.parametrize(
+    ("usage", "expected"),
+    [
+        # Current conventions: cache reads and writes are parts of input_tokens.
+        (
+            {
+                "gen_ai.usage.input_tokens": 1200,
+                "gen_ai.usage.cache_read.input_tokens": 1000,
+                "gen_ai.usage.cache_creation.input_tokens": 150,
+            },
+            (1200, 1000, 150),
+        ),
+        ({"gen_ai.usage.input_tokens": 1200}, (1200, 0, 0)),
+        # Anthropic's own names: input_tokens is the uncached part; the three add up.
+        (
+            {
+                "gen_ai.usage.input_tokens": 50,
+                "gen_ai.usage.cache_read_input_tokens": 1000,
+                "gen_ai.usage.cache_creation_input_tokens": 200,
+            },
+            (1250, 1000, 200),
+        ),
+        # Both spellings (an instrumentation in transition): the conventions' counting.
+        (
+            {
+                "gen_ai.usage.input_tokens": 1300,
+                "gen_ai.usage.cache_read.input_tokens": 1000,
+                "gen_ai.usage.cache_creation_input_tokens": 200,
+                "gen_ai.usage.cache_read_input_tokens": 1000,
+            },
+            (1300, 1000, 200),
+        ),
+        (
+            {
+                "gen_ai.usage.input_tokens": 1300.0,
+                "gen_ai.usage.cache_creation.input_tokens": 300.0,
+                "cachewatch.cache_write_tokens": 7,
+            },
+            (1300, 0, 7),
+        ),
+    ],
+)
+def test_cache_writes(
+    client: TestClient,
+    ingest_headers: dict[str, str],
+    session: Session,
+    usage: dict[str, Any],
+    expected: tuple[int, int, int],
+) -> None:
+    post_one(client, ingest_headers, usage)
+    [row] = stored(session)
+    assert (row.prompt_tokens, row.cached_tokens, row.cache_write_tokens) == expected
+
+
+@pytest.mark.parametrize(
+    ("attrs", "provider"),
+    [
+        ({"gen_ai.provider.name": "anthropic"}, "anthropic"),
+        ({"gen_ai.provider.name": "aws.bedrock"}, "bedrock"),
+        ({"gen_ai.provider.name": "gcp.vertex_ai"}, "google"),
+        ({"gen_ai.provider.name": "gcp.gemini"}, "google"),
+        ({"gen_ai.provider.name": "deepseek"}, "deepseek"),
+        ({"gen_ai.provider.name": "mistral_ai"}, "mistral_ai"),  # as it is
+        ({"gen_ai.system": "gemini"}, "google"),  # the older attribute and value
+        ({"gen_ai.provider.name": "anthropic", "gen_ai.system": "openai"}, "anthropic"),
+        # `openai` names the client library: OpenAI's API only by its host.
+        ({"gen_ai.provider.name": "openai"}, "openai"),
+        ({"gen_ai.provider.name": "openai", "server.address": "api.openai.com"}, "openai"),
+        ({"gen_ai.system": "openai", "server.address": "vllm-2.internal"}, None),
+        ({"gen_ai.provider.name": "openai", "server.address": "openai.example.com"}, None),
+        ({}, None),
+        ({"gen_ai.provider.name": "openai", "cachewatch.provider": "sglang"}, "sglang"),
+    ],
+)
+def test_provider(
+    client: TestClient,
+    ingest_headers: dict[str, str],
+    session: Session,
+    attrs: dict[str, Any],
+    provider: str | None,
+) -> None:
+    post_one(client, ingest_headers, {"gen_ai.usage.input_tokens": 10, **attrs})
+    [row] = stored(session)
+    assert row.provider == provider
+
+
+def test_scenario_and_cache_ttl_from_cachewatch_attributes(
+    client: TestClient, ingest_headers: dict[str, str], session: Session
+) -> None:
+    attrs = {"cachewatch.scenario": "ticket-summary", "cachewatch.cache_ttl_s": 3600.0}
+    answer = trace_answer(post(client, ingest_headers, traces(span(1, attrs))))
+    assert not answer.HasField("partial_success")
+    [row] = stored(session)
+    assert (row.scenario, row.cache_ttl_s) == ("ticket-summary", 3600.0)
+    assert (row.cache_write_tokens, row.provider) == (0, None)
+
+
+@pytest.mark.parametrize(
+    ("attrs", "message"),
+    [
+        (
+            {"gen_ai.usage.cache_creation.input_tokens": 300},  # 1200 in, 1024 of them read
+            "cache_write_tokens must not exceed prompt_tokens - cached_tokens",
+        ),
+        ({"gen_ai.usage.cache_creation.input_tokens": "3"}, "cache_write_tokens"),
+        ({"gen_ai.provider.name": 5}, "provider: Input should be a valid string"),
+        ({"gen_ai.provider.name": "p" * 51}, "provider: String should have at most 50"),
+        ({"cachewatch.scenario": ""}, "scenario: String should have at least 1 character"),
+        (
+            {"cachewatch.cache_ttl_s": float("nan")},
+            "cache_ttl_s: must be a number of seconds, not the string 'NaN'",
+        ),
+        ({"cachewatch.cache_ttl_s": 0}, "cache_ttl_s: Input should be greater than 0"),
+    ],
+)
+def test_bad_new_fields_reject_the_span_with_a_reason(
+    client: TestClient,
+    ingest_headers: dict[str, str],
+    session: Session,
+    attrs: dict[str, Any],
+    message: str,
+) -> None:
+    answer = trace_answer(post(client, ingest_headers, traces(span(1, attrs))))
+    assert answer.partial_success.rejected_spans == 1
+    assert message in answer.partial_success.error_message
+    assert stored(session) == []
+    [kept] = rejected(session)
+    assert message in kept.reason
+
+
 def test_fallbacks_response_model_ids_and_first_chunk_ttft(
     client: TestClient, ingest_headers: dict[str, str], session: Session
 ) -> None:

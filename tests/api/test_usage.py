@@ -256,3 +256,75 @@ def test_counts_beyond_64_bits_are_rejected_records_not_server_errors(
     assert answer.json()["accepted"] == 1
     assert [e["index"] for e in answer.json()["errors"]] == [0, 1, 2, 3, 4]
     assert stored_count(session) == 1
+
+
+def _without_tokens(i: int, **extra: object) -> dict[str, object]:
+    base = {k: v for k, v in record(i).items() if k not in ("prompt_tokens", "cached_tokens")}
+    return {**base, **extra}
+
+
+@pytest.mark.parametrize("as_array", [False, True], ids=["ndjson", "array"])
+def test_the_managed_provider_fields_are_stored(
+    client: TestClient, ingest_headers: dict[str, str], session: Session, as_array: bool
+) -> None:
+    """The bulk NDJSON path, and the array path, store what the shapes give."""
+    anthropic = {
+        "input_tokens": 12,
+        "output_tokens": 40,
+        "cache_read_input_tokens": 1000,
+        "cache_creation_input_tokens": 500,
+        "cache_creation": {"ephemeral_1h_input_tokens": 500, "ephemeral_5m_input_tokens": 0},
+    }
+    bedrock = {
+        "inputTokens": 10,
+        "outputTokens": 2,
+        "totalTokens": 312,
+        "cacheWriteInputTokens": 300,
+    }
+    records = [
+        _without_tokens(1, usage=anthropic, scenario="ticket-summary"),
+        _without_tokens(2, usageMetadata={"promptTokenCount": 800, "cachedContentTokenCount": 512}),
+        _without_tokens(3, usage=bedrock),
+        record(4, cache_write_tokens=200, cache_ttl_s=86_400, provider="openai"),
+        record(5),
+    ]
+    body = orjson.dumps(records) if as_array else ndjson(records)
+    answer = client.post("/v1/usage", content=body, headers=ingest_headers).json()
+    assert answer == {"accepted": 5, "duplicates": 0, "rejected": 0, "errors": []}
+    rows = session.scalars(select(UsageRecord).order_by(UsageRecord.id)).all()
+    assert [
+        (r.prompt_tokens, r.cached_tokens, r.cache_write_tokens, r.cache_ttl_s, r.provider)
+        for r in rows
+    ] == [
+        (1512, 1000, 500, 3600, "anthropic"),
+        (800, 512, 0, None, "google"),
+        (310, 0, 300, None, "bedrock"),
+        (1000, 500, 200, 86_400, "openai"),
+        (1000, 500, 0, None, None),
+    ]
+    assert [r.scenario for r in rows] == ["ticket-summary", None, None, None, None]
+
+
+def test_bad_managed_provider_fields_are_rejected_records(
+    client: TestClient, ingest_headers: dict[str, str], session: Session
+) -> None:
+    body = ndjson(
+        [
+            record(0, cache_write_tokens=501),  # 1000 in, 500 of them cached
+            record(1, cache_ttl_s="1h"),
+            record(2, provider=""),
+            record(3, scenario="s" * 101),
+            _without_tokens(4, usage={"inputTokens": 5, "cacheReadInputTokens": "5"}),
+            record(5),
+        ]
+    )
+    answer = client.post("/v1/usage", content=body, headers=ingest_headers).json()
+    assert (answer["accepted"], answer["rejected"]) == (1, 5)
+    assert [e["error"] for e in answer["errors"]] == [
+        "cache_write_tokens must not exceed prompt_tokens - cached_tokens",
+        "cache_ttl_s: must be a number of seconds, not the string '1h'",
+        "provider: String should have at least 1 character",
+        "scenario: String should have at most 100 characters",
+        "usage.cacheReadInputTokens must be a whole number >= 0 or null, not '5'",
+    ]
+    assert stored_count(session) == 1

@@ -150,6 +150,7 @@ def test_litellm_generic_api_callback(
         latency = (payload["endTime"] - payload["startTime"]) * 1000
         assert row.latency_ms == pytest.approx(latency, abs=1e-3)
         assert row.replica == "api.openai.com"
+        assert (row.provider, row.cache_write_tokens) == ("openai", 0)
     plain = rows["chatcmpl-litellm-3"]
     assert (plain.prompt_tokens, plain.cached_tokens, plain.service) == (300, 0, "litellm")
     assert plain.deploy is None

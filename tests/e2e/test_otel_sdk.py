@@ -108,10 +108,12 @@ def emit_chat_spans(exporter: SpanExporter) -> None:
         with tracer.start_as_current_span("chat claude", kind=SpanKind.CLIENT) as span:
             span.set_attributes(
                 {
+                    "gen_ai.provider.name": "anthropic",
                     "gen_ai.request.model": "claude-sonnet",
                     "gen_ai.usage.input_tokens": 12,
                     "gen_ai.usage.cache_read_input_tokens": 3000,
-                    "gen_ai.usage.cache_creation_input_tokens": 0,
+                    "gen_ai.usage.cache_creation_input_tokens": 200,
+                    "cachewatch.scenario": "answer",
                     "gen_ai.usage.output_tokens": 5,
                     "server.address": "api.anthropic.com",
                 }
@@ -139,8 +141,11 @@ def check_stored(stored: list[UsageRecord]) -> None:
     assert openai_row.segments == [{"name": "system", "hash": "s1", "tokens": 1500}]
     assert openai_row.session_id == "sess-9"
     assert abs(openai_row.ts_us / 1e6 - time.time()) < 120
+    assert (openai_row.provider, openai_row.cache_write_tokens) == ("openai", 0)
     # Anthropic's own field names: input_tokens counts the uncached part only.
-    assert (claude_row.prompt_tokens, claude_row.cached_tokens) == (3012, 3000)
+    assert (claude_row.prompt_tokens, claude_row.cached_tokens) == (3212, 3000)
+    assert (claude_row.cache_write_tokens, claude_row.provider) == (200, "anthropic")
+    assert claude_row.scenario == "answer"
     assert len(claude_row.request_id) == 48  # trace id + span id, hex
     ttft, latency = claude_row.ttft_ms, claude_row.latency_ms
     assert ttft is not None and latency is not None and 15 <= ttft < latency

@@ -427,9 +427,60 @@ usages = st.one_of(
             "output_tokens": usage_counts,
             "cache_read_input_tokens": usage_counts,
             "cache_creation_input_tokens": usage_counts,
+            "cache_creation": st.fixed_dictionaries(
+                {}, optional={"ephemeral_1h_input_tokens": usage_counts}
+            )
+            | json_values,
+        },
+    ),
+    st.fixed_dictionaries(  # Bedrock Converse
+        {"inputTokens": usage_counts},
+        optional={
+            "outputTokens": usage_counts,
+            "cacheReadInputTokens": usage_counts,
+            "cacheWriteInputTokens": usage_counts,
+            "cacheDetails": st.lists(
+                st.fixed_dictionaries(
+                    {"ttl": st.sampled_from(["1h", "5m", 1])},
+                    optional={"inputTokens": usage_counts},
+                )
+                | json_values,
+                max_size=2,
+            )
+            | json_values,
+        },
+    ),
+    st.fixed_dictionaries(  # DeepSeek
+        {"prompt_cache_hit_tokens": usage_counts},
+        optional={"prompt_tokens": usage_counts, "completion_tokens": usage_counts},
+    ),
+    json_values,
+)
+# Gemini's usageMetadata, in either spelling (and under either key: FIELDS).
+gemini_usages = st.one_of(
+    st.fixed_dictionaries(
+        {"promptTokenCount": usage_counts},
+        optional={"cachedContentTokenCount": usage_counts, "candidatesTokenCount": usage_counts},
+    ),
+    st.fixed_dictionaries(
+        {"prompt_token_count": usage_counts},
+        optional={
+            "cached_content_token_count": usage_counts,
+            "candidates_token_count": usage_counts,
         },
     ),
     json_values,
+)
+ttls = field(
+    st.one_of(
+        st.integers(-2, 3),
+        st.floats(0, 1e7),
+        st.sampled_from([3600, 86_400, 2_592_000, 2_592_001, 2_592_000.5]),
+        st.none(),
+        st.booleans(),
+        st.just("3600"),
+        literals,
+    )
 )
 
 # field -> (strategy, percent of records that carry it)
@@ -455,6 +506,12 @@ FIELDS: dict[str, tuple[st.SearchStrategy[Any], int]] = {
     "segments": (segments, 15),
     "attributes": (attributes, 20),
     "usage": (usages, 25),
+    "cache_write_tokens": (counts, 20),
+    "cache_ttl_s": (ttls, 20),
+    "provider": (labels, 20),
+    "scenario": (labels, 20),
+    "usageMetadata": (gemini_usages, 8),
+    "usage_metadata": (gemini_usages, 8),
 }
 
 
@@ -467,6 +524,8 @@ def records(draw: st.DrawFn) -> dict[str, Any]:
     prompt = record.get("prompt_tokens")
     if type(prompt) is int and 0 <= prompt < 2**63 and draw(st.booleans()):
         record["cached_tokens"] = draw(st.integers(0, prompt))
+        if draw(st.booleans()):
+            record["cache_write_tokens"] = draw(st.integers(0, prompt - record["cached_tokens"]))
     if "block_hashes" in record and draw(st.integers(0, 3)):
         record["block_size"] = draw(st.integers(1, 4096))
     if "prefix_hash" in record and draw(st.booleans()):
@@ -525,6 +584,9 @@ def valid_records(draw: st.DrawFn) -> dict[str, Any]:
         "session_id": texts(0, 200) | st.none(),
         "cache_key": texts(0, 200) | st.none(),
         "tenant": texts(0, 200) | st.none(),
+        "cache_ttl_s": st.floats(1e-6, 2_592_000) | st.integers(1, 2_592_000) | st.none(),
+        "provider": texts(1, 50) | st.none(),
+        "scenario": texts(1, 100) | st.none(),
         "attributes": st.dictionaries(
             texts(max_size=6),
             texts() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | finite_floats,
@@ -544,6 +606,10 @@ def valid_records(draw: st.DrawFn) -> dict[str, Any]:
     for name, strategy in optional.items():
         if draw(st.booleans()):
             record[name] = draw(strategy)
+    if "prompt_tokens" in record and draw(st.booleans()):
+        record["cache_write_tokens"] = draw(
+            st.integers(0, record["prompt_tokens"] - record.get("cached_tokens", 0))
+        )
     if draw(st.booleans()):
         record["block_size"] = draw(st.integers(1, 4096))
         record["block_hashes"] = draw(
@@ -555,24 +621,28 @@ def valid_records(draw: st.DrawFn) -> dict[str, Any]:
     for name in ("request_id", "service", "model", "replica", "deploy", "session_id"):
         if isinstance(record.get(name), str):
             record[name] = record[name].replace("\x00", "0")
-    for name in ("cache_key", "tenant"):
+    for name in ("cache_key", "tenant", "provider", "scenario"):
         if isinstance(record.get(name), str):
             record[name] = record[name].replace("\x00", "0")
     if "prompt_tokens" not in record or draw(st.integers(0, 3)) == 0:
-        record.pop("prompt_tokens", None)
-        record.pop("cached_tokens", None)
-        record["usage"] = draw(valid_usages)
+        for name in ("prompt_tokens", "cached_tokens", "cache_write_tokens"):
+            record.pop(name, None)
+        key, usage = draw(valid_usages)
+        record[key] = usage
     return record
 
 
 small = st.integers(0, 10_000)
-valid_usages = st.one_of(
+_valid_usage_objects = st.one_of(
     st.fixed_dictionaries(
-        {"prompt_tokens": st.just(10_000)},
+        {"prompt_tokens": st.just(20_000)},
         optional={
             "completion_tokens": small,
             "prompt_tokens_details": st.none()
-            | st.fixed_dictionaries({}, optional={"cached_tokens": small | st.none()}),
+            | st.fixed_dictionaries(
+                {},
+                optional={"cached_tokens": small | st.none(), "cache_write_tokens": small},
+            ),
         },
     ),
     st.fixed_dictionaries(
@@ -581,8 +651,44 @@ valid_usages = st.one_of(
     ),
     st.fixed_dictionaries(
         {"input_tokens": small, "cache_read_input_tokens": small},
-        optional={"cache_creation_input_tokens": small | st.none(), "output_tokens": small},
+        optional={
+            "cache_creation_input_tokens": small | st.none(),
+            "output_tokens": small,
+            "cache_creation": st.fixed_dictionaries(
+                {}, optional={"ephemeral_1h_input_tokens": small | st.none()}
+            ),
+        },
     ),
+    st.fixed_dictionaries(
+        {"inputTokens": small, "outputTokens": small},
+        optional={
+            "cacheReadInputTokens": small,
+            "cacheWriteInputTokens": small,
+            "cacheDetails": st.lists(
+                st.fixed_dictionaries({"ttl": st.sampled_from(["1h", "5m"]), "inputTokens": small}),
+                max_size=2,
+            ),
+        },
+    ),
+    st.fixed_dictionaries(
+        {"prompt_tokens": st.just(10_000), "prompt_cache_hit_tokens": small},
+        optional={"completion_tokens": small, "prompt_cache_miss_tokens": small},
+    ),
+)
+_valid_gemini = st.one_of(
+    st.fixed_dictionaries(
+        {"promptTokenCount": st.just(10_000)},
+        optional={"cachedContentTokenCount": small, "candidatesTokenCount": small},
+    ),
+    st.fixed_dictionaries(
+        {"prompt_token_count": st.just(10_000)},
+        optional={"cached_content_token_count": small, "candidates_token_count": small},
+    ),
+)
+# (the record's key, the object)
+valid_usages = st.one_of(
+    st.tuples(st.just("usage"), _valid_usage_objects),
+    st.tuples(st.sampled_from(["usageMetadata", "usage_metadata"]), _valid_gemini),
 )
 
 
@@ -601,9 +707,15 @@ def near_valid_records(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.integers(0, 2)) == 0:
         record.update(draw(at_a_limit))
     if draw(st.integers(0, 3)) == 0:  # what only the cross-field checks catch
-        mutation = draw(st.integers(0, 4))
+        mutation = draw(st.integers(0, 5))
         if mutation == 0 and type(record.get("prompt_tokens")) is int:
             record["cached_tokens"] = record["prompt_tokens"] + draw(st.integers(0, 1))
+        elif mutation == 5 and type(record.get("prompt_tokens")) is int:
+            cached = record.get("cached_tokens", 0)
+            cached = cached if type(cached) is int else 0
+            record["cache_write_tokens"] = (
+                record["prompt_tokens"] - cached + draw(st.integers(0, 1))
+            )
         elif mutation == 1:
             record.pop("block_size", None)
             record.pop("prefix_tokens", None)
@@ -762,6 +874,11 @@ def line_of(fields: bytes) -> bytes:
         b'"prompt_tokens": 5, "segments": [{"name": "n", "hash": "h", "tokens": 1, "x": "\xff"}]',
         b'"usage": {"prompt_tokens": 5, "x": "\xff"}',
         b'"usage": {"prompt_tokens": 5, "x": 1e400}',
+        # Every usage object is JSON to orjson, also one that is not read.
+        b'"usageMetadata": {"promptTokenCount": 5, "x": "\xff"}',
+        b'"usage": {"prompt_tokens": 5}, "usage_metadata": {"x": 1e400}',
+        b'"prompt_tokens": 5, "usage_metadata": ' + b"[" * 1100 + b"]" * 1100,
+        b'"prompt_tokens": 5, "cache_ttl_s": 1e400',
         # msgspec raises RecursionError skipping a deep `usage`; orjson's limit is 1024.
         b'"prompt_tokens": 5, "usage": ' + b"[" * 1100 + b"]" * 1100,
         b'"prompt_tokens": 5, "usage": ' + b"[" * 100_000,
@@ -829,6 +946,48 @@ def test_declined_records_are_decided_by_pydantic(fields: bytes) -> None:
     line = line_of(fields)
     body = line + b"\n" + line
     assert current_outcome(body) == reference_outcome(body)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (b'"cache_write_tokens": -1', "cache_write_tokens: Input should be greater than or equal"),
+        (b'"cache_write_tokens": null', "cache_write_tokens: Input should be a valid integer"),
+        (b'"cache_write_tokens": "3"', "cache_write_tokens: Input should be a valid integer"),
+        (b'"cache_write_tokens": 9223372036854775808', "cache_write_tokens: Input should be less"),
+        (b'"cached_tokens": 2, "cache_write_tokens": 4',
+         "cache_write_tokens must not exceed prompt_tokens - cached_tokens"),
+        (b'"cache_ttl_s": 0', "cache_ttl_s: Input should be greater than 0"),
+        (b'"cache_ttl_s": -0.5', "cache_ttl_s: Input should be greater than 0"),
+        (b'"cache_ttl_s": 2592000.5', "cache_ttl_s: Input should be less than or equal to 2592000"),
+        (b'"cache_ttl_s": "300"', "cache_ttl_s: must be a number of seconds, not the string '300'"),
+        (b'"cache_ttl_s": true', "cache_ttl_s"),
+        (b'"provider": ""', "provider: String should have at least 1 character"),
+        (b'"provider": "' + b"p" * 51 + b'"', "provider: String should have at most 50 characters"),
+        (b'"provider": ["openai"]', "provider: Input should be a valid string"),
+        (b'"provider": "a\\u0000b"', "provider must not contain NUL characters"),
+        (b'"scenario": ""', "scenario: String should have at least 1 character"),
+        (b'"scenario": "' + b"s" * 101 + b'"', "scenario: String should have at most 100"),
+        (b'"scenario": 7', "scenario: Input should be a valid string"),
+        (b'"scenario": "a\\u0000b"', "scenario must not contain NUL characters"),
+        (b'"usage": {"input_tokens": 1, "cache_read_input_tokens": -1}',
+         "usage.cache_read_input_tokens must be a whole number >= 0 or null, not -1"),
+        (b'"usage": {"inputTokens": 1, "cacheWriteInputTokens": 1,'
+         b' "cacheDetails": [{"ttl": "1h", "inputTokens": 1.5}]}',
+         "usage.cacheDetails[0].inputTokens must be a whole number >= 0 or null, not 1.5"),
+    ],
+)  # fmt: skip
+def test_bad_new_fields_are_declined_and_pydantic_says_why(fields: bytes, message: str) -> None:
+    line = line_of(b'"prompt_tokens": 5, ' + fields)
+    record = fast.decode_line(line)
+    assert record is None or fast.record_values(record, RECEIVED_US) is None
+    converted = fast.convert_value(orjson.loads(line))
+    assert converted is None or fast.record_values(converted, RECEIVED_US) is None
+    body = line + b"\n" + line
+    outcome = current_outcome(body)
+    assert outcome == reference_outcome(body)
+    assert isinstance(outcome, list) and outcome[0][1] == "rejected"
+    assert message in outcome[0][2]
 
 
 def test_a_fast_line_decodes_its_value_only_when_asked() -> None:

@@ -105,6 +105,111 @@ def test_anthropic_usage_as_litellm_normalizes_it() -> None:
     }
     record = validated(to_record(payload(response={"usage": usage}, metadata={})))
     assert (record.prompt_tokens, record.cached_tokens) == (3212, 3000)
+    assert (record.cache_write_tokens, record.cache_ttl_s) == (200, None)
+
+
+def litellm_usage(**fields: Any) -> dict[str, Any]:
+    """LiteLLM's own `Usage`, as its StandardLoggingPayload carries it."""
+    from litellm.types.utils import Usage  # here: importing litellm takes seconds
+
+    dumped: dict[str, Any] = orjson.loads(orjson.dumps(Usage(**fields).model_dump()))
+    return dumped
+
+
+def test_cache_writes_and_the_one_hour_ttl_from_litellms_usage() -> None:
+    """LiteLLM's Usage built the way its Anthropic transformation builds it:
+    the writes in prompt_tokens_details.cache_write_tokens and Anthropic's own
+    cache_creation_input_tokens, the one-hour part in cache_creation."""
+    usage = litellm_usage(
+        prompt_tokens=3212,
+        completion_tokens=5,
+        total_tokens=3217,
+        cache_read_input_tokens=3000,
+        cache_creation_input_tokens=200,
+        cache_creation={"ephemeral_1h_input_tokens": 200, "ephemeral_5m_input_tokens": 0},
+    )
+    assert usage["prompt_tokens_details"]["cache_write_tokens"] == 200
+    anthropic = payload(
+        custom_llm_provider="anthropic",
+        model="claude-sonnet-4-5",
+        response={"usage": usage},
+        metadata={},
+        hidden_params={"api_base": None},
+    )
+    record = validated(to_record(anthropic))
+    assert (record.prompt_tokens, record.cached_tokens, record.cache_write_tokens) == (
+        3212,
+        3000,
+        200,
+    )
+    assert (record.cache_ttl_s, record.provider) == (3600, "anthropic")
+    five_minutes = {**usage, "cache_creation": {"ephemeral_5m_input_tokens": 200}}
+    record = validated(to_record(payload(response={"usage": five_minutes}, metadata={})))
+    assert (record.cache_write_tokens, record.cache_ttl_s) == (200, None)
+    split = {"cache_creation_token_details": {"ephemeral_1h_input_tokens": 20}}
+    details = {**usage["prompt_tokens_details"], **split}
+    only_details = {"prompt_tokens": 3212, "prompt_tokens_details": details}
+    record = validated(to_record(payload(response={"usage": only_details}, metadata={})))
+    assert (record.cache_write_tokens, record.cache_ttl_s) == (200, 3600)
+
+
+def test_prompt_cache_retention_asks_for_a_day() -> None:
+    asked = payload(model_parameters={"prompt_cache_retention": "24h"})
+    assert validated(to_record(asked)).cache_ttl_s == 86_400
+    in_memory = payload(model_parameters={"prompt_cache_retention": "in_memory"})
+    assert validated(to_record(in_memory)).cache_ttl_s is None
+
+
+@pytest.mark.parametrize(
+    ("changes", "provider"),
+    [
+        ({}, "openai"),  # hidden_params.api_base is https://api.openai.com
+        ({"api_base": "https://api.openai.com/v1"}, "openai"),
+        ({"api_base": None, "hidden_params": None}, "openai"),
+        ({"api_base": "http://10.0.0.7:8000/v1"}, None),  # an OpenAI-compatible engine
+        ({"custom_llm_provider": "text-completion-openai", "api_base": "http://e:1"}, None),
+        ({"custom_llm_provider": "hosted_vllm", "api_base": "http://10.0.0.7:8000"}, "vllm"),
+        ({"custom_llm_provider": "anthropic"}, "anthropic"),
+        ({"custom_llm_provider": "bedrock"}, "bedrock"),
+        ({"custom_llm_provider": "vertex_ai"}, "google"),
+        ({"custom_llm_provider": "gemini"}, "google"),
+        ({"custom_llm_provider": "deepseek"}, "deepseek"),
+        ({"custom_llm_provider": "azure"}, "azure"),  # as it is
+        ({"custom_llm_provider": None}, None),
+        ({"custom_llm_provider": ""}, None),
+    ],
+)
+def test_provider_from_custom_llm_provider(changes: dict[str, Any], provider: str | None) -> None:
+    assert validated(to_record(payload(**changes))).provider == provider
+
+
+def test_scenario_and_provider_from_the_callers_metadata() -> None:
+    caller = {
+        "cachewatch_scenario": "ticket-summary",
+        "cachewatch_provider": "azure-openai",
+        "cachewatch_cache_ttl_s": 600,
+        "cachewatch_cache_write_tokens": 99,  # measured by LiteLLM: not the caller's
+    }
+    metadata = {**payload()["metadata"], "requester_metadata": caller}
+    record = validated(to_record(payload(metadata=metadata)))
+    assert (record.scenario, record.provider, record.cache_ttl_s) == (
+        "ticket-summary",
+        "azure-openai",
+        600,
+    )
+    assert record.cache_write_tokens == 0
+
+
+def test_bad_cache_writes_are_left_for_validation_to_reject() -> None:
+    usage = {
+        "prompt_tokens": 10,
+        "prompt_tokens_details": {"cached_tokens": 5, "cache_write_tokens": 6},
+    }
+    with pytest.raises(ValueError, match="cache_write_tokens must not exceed"):
+        validated(to_record(payload(response={"usage": usage}, metadata={})))
+    bad = {"prompt_tokens": 10, "cache_creation_input_tokens": "6"}
+    with pytest.raises(ValueError, match="cache_write_tokens"):
+        validated(to_record(payload(response={"usage": bad}, metadata={})))
 
 
 def test_usage_from_metadata_or_hidden_params_or_totals() -> None:

@@ -180,6 +180,28 @@ def test_hash_keys_are_stable_across_processes() -> None:
         ({"ttft_ms": -3}, "ttft_ms"),
         ({"service": "a\x00b"}, "NUL"),
         ({"prompt_tokens": "12"}, "prompt_tokens"),
+        ({"cache_write_tokens": -1}, "cache_write_tokens: Input should be greater than or equal"),
+        ({"cache_write_tokens": "5"}, "cache_write_tokens: Input should be a valid integer"),
+        ({"cache_write_tokens": None}, "cache_write_tokens: Input should be a valid integer"),
+        ({"cache_write_tokens": 2.0}, "cache_write_tokens: Input should be a valid integer"),
+        (
+            {"cached_tokens": 600, "cache_write_tokens": 401},
+            "cache_write_tokens must not exceed prompt_tokens - cached_tokens",
+        ),
+        ({"cache_ttl_s": 0}, "cache_ttl_s: Input should be greater than 0"),
+        ({"cache_ttl_s": -300.0}, "cache_ttl_s: Input should be greater than 0"),
+        ({"cache_ttl_s": 30 * 86_400 + 1}, "cache_ttl_s: Input should be less than or equal to"),
+        ({"cache_ttl_s": "1h"}, "cache_ttl_s: must be a number of seconds, not the string '1h'"),
+        ({"cache_ttl_s": "NaN"}, "cache_ttl_s: must be a number of seconds, not the string 'NaN'"),
+        ({"cache_ttl_s": True}, "cache_ttl_s"),
+        ({"provider": ""}, "provider: String should have at least 1 character"),
+        ({"provider": "p" * 51}, "provider: String should have at most 50 characters"),
+        ({"provider": 5}, "provider: Input should be a valid string"),
+        ({"provider": "open\x00ai"}, "provider must not contain NUL characters"),
+        ({"scenario": ""}, "scenario: String should have at least 1 character"),
+        ({"scenario": "s" * 101}, "scenario: String should have at most 100 characters"),
+        ({"scenario": ["agent-step"]}, "scenario: Input should be a valid string"),
+        ({"scenario": "a\x00"}, "scenario must not contain NUL characters"),
     ],
 )
 def test_invalid_records_say_why(change: dict[str, Any], message: str) -> None:
@@ -187,6 +209,31 @@ def test_invalid_records_say_why(change: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError) as caught:
         UsageRecordIn.model_validate(record)
     assert message in format_validation_error(caught.value)
+
+
+def test_the_new_fields_as_sent() -> None:
+    row = normalize(
+        {
+            **BASE,
+            "prompt_tokens": 1000,
+            "cached_tokens": 600,
+            "cache_write_tokens": 400,
+            "cache_ttl_s": 86_400,
+            "provider": "openai",
+            "scenario": "ticket-summary",
+        }
+    )
+    assert (row["cache_write_tokens"], row["cache_ttl_s"]) == (400, 86_400)
+    assert (row["provider"], row["scenario"]) == ("openai", "ticket-summary")
+    defaults = normalize({**BASE, "prompt_tokens": 1000})
+    assert [defaults[k] for k in ("cache_write_tokens", "cache_ttl_s", "provider", "scenario")] == [
+        0,
+        None,
+        None,
+        None,
+    ]
+    at_most = normalize({**BASE, "prompt_tokens": 1, "cache_ttl_s": 30 * 86_400.0})
+    assert at_most["cache_ttl_s"] == 2_592_000.0
 
 
 def test_missing_prompt_tokens_without_usage_is_rejected() -> None:

@@ -55,6 +55,10 @@ EVERY_FIELD: dict[str, Any] = {
     "prefix_tokens": 64,
     "segments": [{"name": "system", "hash": "abc", "tokens": 64}],
     "attributes": {"route": "/x", "n": 3},
+    "cache_write_tokens": 300,
+    "cache_ttl_s": 3600.5,
+    "provider": "anthropic",
+    "scenario": "ticket-summary",
 }
 
 
@@ -102,7 +106,8 @@ def test_both_paths_store_the_same_tuple_column_by_column(change: dict[str, Any]
             (name, repr(value)) for name, value in zip(USAGE_COLUMNS, expected, strict=True)
         ]
     stored = dict(zip(USAGE_COLUMNS, expected, strict=True))
-    for name in ("request_id", "service", "model", "replica", "tenant", "prefix_tokens"):
+    names = ("request_id", "service", "model", "replica", "tenant", "prefix_tokens")
+    for name in (*names, "cache_write_tokens", "cache_ttl_s", "provider", "scenario"):
         assert stored[name] == record[name]  # by name, not only alike
     for name in JSON_COLUMNS:
         value = stored[name]
