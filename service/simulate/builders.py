@@ -99,7 +99,7 @@ def ttl_release_story(
     *,
     name: str = "research-assistant",
     model: str = "claude-sonnet-4-5",
-    peak_rate: float = 0.08,
+    peak_rate: float = 0.06,
     deploys: tuple[str, str, str] = ("v6.4.0", "v7.0.0", "v7.0.1"),
 ) -> tuple[Service, tuple[Change, ...]]:
     """A research assistant on Anthropic's API, and a release that sets its cache
