@@ -113,7 +113,7 @@ def ttl_release_story(
     the input price, a 1-hour one 2x): from the second turn after it, each
     continuing turn finds its history expired and writes it again; only the
     shared start, kept warm by the other sessions, is still read. The hit rate
-    falls from about 85% to about 32% while the cacheable fraction (reuse within
+    falls from about 85% to under 40% while the cacheable fraction (reuse within
     the hour) stays: cause `expiry`. `deploys[2]`, at `fix_at_s` (None: never),
     asks for the hour again. Returns the service (tagged `deploys[0]`) and its
     timeline; place both in a scenario.
