@@ -87,12 +87,17 @@ def test_the_models_file_gives_the_profile_causes(
             rec("cold", T0, BLOCKS, prompt_tokens=2000, model="claude-x"),
             rec("expired", T0 + 600, BLOCKS, prompt_tokens=2000, model="claude-x"),
             rec("short", T0 + 610, BLOCKS[:9], prompt_tokens=900, model="claude-x"),
+            # Asked for an hour: the same pause is no expiry (an unknown rewarm).
+            rec("long-cold", T0, [100 + b for b in BLOCKS], prompt_tokens=2000,
+                model="claude-x", cache_ttl_s=3600),
+            rec("long-kept", T0 + 600, [100 + b for b in BLOCKS], prompt_tokens=2000,
+                model="claude-x", cache_ttl_s=3600),
         ],
-    )
+    )  # fmt: skip
     catch_up(session, settings.model_copy(update={"models_file": path}))
     totals = _answer(session)
-    assert totals["rewarms"] == {**dict.fromkeys(CAUSES, 0), "total": 2, "expiry": 1,
-                                 "below_minimum": 1}  # fmt: skip
+    assert totals["rewarms"] == {**dict.fromkeys(CAUSES, 0), "total": 3, "expiry": 1,
+                                 "below_minimum": 1, "unknown": 1}  # fmt: skip
     assert totals["wasted_usd_by_cause"]["expiry"] == pytest.approx(2000 * (INPUT - CACHED) / 1e6)
     assert totals["wasted_usd_by_cause"]["below_minimum"] == pytest.approx(
         900 * (INPUT - CACHED) / 1e6
