@@ -38,3 +38,18 @@ def test_migrate_then_token_create_prints_only_the_token(tmp_path, database_url:
         assert bad.returncode != 0
     finally:
         drop_database(url)
+
+
+def test_a_detect_line_says_what_the_regression_costs_a_day() -> None:
+    from service.cli import regression_line
+    from tests.alerts.test_message import regression
+
+    line = regression_line(regression())
+    assert line == (
+        "#7 assistant/acme-70b-instruct at 2026-11-23T14:25:00Z: hit rate 71% -> 12%, "
+        "cause prefix_instability, after deploy v42 (posted, lag 240 s), "
+        "costs about $1,241 a day more [open]"
+    )
+    unpriced = regression_line(regression(cost=None, attributed_to=None))
+    assert unpriced.endswith("cause prefix_instability, no change event nearby [open]")
+    assert "$" not in unpriced and "cost" not in unpriced
