@@ -9,7 +9,7 @@ import polars as pl
 from sqlalchemy import Table, func, literal, select, union_all
 from sqlalchemy.orm import Session
 
-from service.analytics.definitions import SUM_COLUMNS
+from service.analytics.definitions import SUM_COLUMNS, USD_COLUMNS
 from service.models import ChartRollup
 from service.repository.analytics import PREFIX_TABLE, ROLLUP_TABLE
 from service.rollups.chart import CHART_SCHEMA
@@ -113,9 +113,10 @@ def sum_series_rows(
     model: str,
     segments: Sequence[Segment],
     columns: Sequence[str],
-) -> dict[str, int]:
-    """Sums of the columns over the segments, computed by the database."""
-    totals = dict.fromkeys(columns, 0)
+) -> dict[str, float]:
+    """Sums of the columns over the segments, computed by the database (dollars as
+    floats, counts as ints)."""
+    totals: dict[str, float] = dict.fromkeys(columns, 0)
     c = CHART_TABLE.c
     for segment in segments:
         row = session.execute(
@@ -124,7 +125,7 @@ def sum_series_rows(
             )
         ).one()
         for name, value in zip(columns, row, strict=True):
-            totals[name] += int(value)
+            totals[name] += float(value) if name in USD_COLUMNS else int(value)
     return totals
 
 

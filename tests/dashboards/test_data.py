@@ -112,3 +112,27 @@ def test_the_widest_range_is_drawn(
     view = answer.json()["view"]
     assert view["previous_from"].startswith("18")  # the range of equal length before
     assert answer.json()["points"] == 1  # one bucket holds the 20 minutes of data
+
+
+def test_without_prices_the_money_says_so_and_names_the_models(
+    client: TestClient, ingest_headers: dict[str, str], read_headers: dict[str, str]
+) -> None:
+    """Records of models without prices: the wasted card says `no prices` (not $0),
+    the cost panel is drawn empty with a note naming the models, and a regression
+    without a cost says `no prices` in the table."""
+    rows = [
+        *records(30, T0, 3600, service="svc"),
+        *records(20, T0, 3600, service="svc", model="x<b>", seed=1),
+    ]
+    body = b"\n".join(orjson.dumps(r) for r in rows)
+    assert client.post("/v1/usage", content=body, headers=ingest_headers).status_code == 200
+    series = client.get("/dashboard/data/series", headers=read_headers).json()
+    assert series["headline"]["wasted"] == {"value": "no prices", "delta": "", "trend": ""}
+    assert series["headline"]["current"]["wasted_usd"] is None
+    assert series["headline"]["current"]["spend_usd"] is None
+    assert series["notes"]["cost"].startswith("No prices for models m, x<b>: their requests")
+    cost = series["figures"]["cost"]
+    assert [t["name"] for t in cost["data"]][-1] == "spend"
+    assert all(y is None for t in cost["data"] for y in t["y"])
+    narrowed = client.get("/dashboard/data/series?model=m", headers=read_headers).json()
+    assert narrowed["notes"]["cost"].startswith("No prices for model m: its requests")

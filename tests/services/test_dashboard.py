@@ -3,13 +3,16 @@ sums and the busiest model from the chart rollups, the tables (regressions with
 their alerts, top prefixes), the series request's events, the capacity sample and
 the versions that key cached answers."""
 
+import math
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from service.models import Regression
 from service.repository import alerts as alerts_repo
+from service.repository.series import CHART_TABLE
 from service.services import analytics_pass
 from service.services import dashboard as reads
 from service.services.events import EventIn, record_events
@@ -192,3 +195,70 @@ def test_the_versions_move_with_records_events_and_alerts(
     alerts_repo.add_alert(session, regression.id, "opened", 10**15)
     assert reads.alerts_version(session) > alerts
     assert reads.newest_usage_id(session) == reads.data_version(session)[0]
+
+
+def price_chart_rows(session: Session, model: str, usd_per_token: float, **only: str) -> None:
+    """Prices by hand on the chart rows of one model (of every service, or of
+    `service=`): every request priced, spend and waste in proportion to its tokens."""
+    c = CHART_TABLE.c
+    where = [c.model == model, *[c[k] == v for k, v in only.items()]]
+    session.execute(
+        update(CHART_TABLE)
+        .where(*where)
+        .values(
+            priced_requests=c.requests,
+            spend_usd=c.prompt_tokens * usd_per_token,
+            wasted_usd=c.rewarm_tokens * usd_per_token,
+        )
+    )
+
+
+def test_the_headline_dollars_and_the_models_without_prices(
+    session: Session, stored: list[dict[str, Any]]
+) -> None:
+    """m priced, m2 not: m's dollars are sums, m2's are None (not 0), and the
+    models in range without prices are named, for the selection only."""
+    price_chart_rows(session, "m", 3e-6)
+
+    def reading(service: str | None, model: str | None) -> reads.SeriesReading:
+        day_two = window(T0_S + DAY_S, T0_S + 2 * DAY_S, service=service, model=model)
+        return reads.read_series(session, reads.selected(session, service, model), day_two, 10)
+
+    everything = reading(None, None)
+    assert everything.prices == reads.Prices(("m2",), ())
+    only_m = reading(None, "m")
+    assert only_m.prices == reads.Prices((), ())
+    day_tokens = sums(stored, T0_S + DAY_S, T0_S + 2 * DAY_S, model="m")["prompt_tokens"]
+    spend = reads.priced_dollars(only_m.current, "spend_usd")
+    assert spend is not None and math.isclose(spend, day_tokens * 3e-6, rel_tol=1e-9)
+    before = sums(stored, T0_S, T0_S + DAY_S, model="m")["prompt_tokens"]
+    assert math.isclose(only_m.previous["spend_usd"], before * 3e-6, rel_tol=1e-9)
+    wasted = reads.priced_dollars(only_m.current, "wasted_usd")
+    assert wasted is not None and math.isclose(
+        wasted, only_m.current["rewarm_tokens"] * 3e-6, rel_tol=1e-9
+    )
+    only_m2 = reading("b", "m2")
+    assert only_m2.current["requests"] == 300 and only_m2.prices == reads.Prices(("m2",), ())
+    assert reads.priced_dollars(only_m2.current, "spend_usd") is None
+    assert reads.priced_dollars(only_m2.current, "wasted_usd") is None
+    assert reading("a", None).prices == reads.Prices((), ())
+
+
+def test_a_model_with_some_requests_priced_is_named_apart(
+    session: Session, stored: list[dict[str, Any]]
+) -> None:
+    price_chart_rows(session, "m", 1e-6)
+    c = CHART_TABLE.c
+    session.execute(
+        update(CHART_TABLE)
+        .where(c.model == "m", c.service == "b", c.level == 0)
+        .values(priced_requests=c.requests - 1)
+    )
+    day_two = window(T0_S + DAY_S, T0_S + 2 * DAY_S, service="b")
+    selection = reads.selected(session, "b", None)
+    assert reads.read_series(session, selection, day_two, 10).prices == reads.Prices(
+        ("m2",), ("m",)
+    )
+    # Nothing selected, nothing read.
+    empty = reads.scope_of(reads.Selection((), (), None), None, 0, DAY_S * US)
+    assert reads.price_coverage(session, empty) == reads.Prices((), ())
