@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import plotly.graph_objects as go
 from sqlalchemy.orm import Session
 
 from dashboards import costs, figures
@@ -143,12 +144,14 @@ def series_payload(session: Session, ctx: Context) -> dict[str, Any]:
     current = headline_values(reading.current)
     previous = headline_values(reading.previous)
     marks = markers(reading, view)
-    built = {
+    # Without a priced bucket the cost panel is its note alone, not an empty chart.
+    priced = any(b.get("spend_usd") is not None for b in buckets)
+    built: dict[str, go.Figure | None] = {
         "hit_rate": figures.hit_rate_figure(answer, marks),
         "rewarms": figures.rewarms_figure(answer, marks),
         "ttft": figures.ttft_figure(answer, marks),
         "replicas": figures.replicas_figure(answer, marks),
-        "cost": figures.cost_figure(answer, marks),
+        "cost": figures.cost_figure(answer, marks) if priced else None,
     }
     return {
         "view": view_json(ctx),
@@ -159,7 +162,10 @@ def series_payload(session: Session, ctx: Context) -> dict[str, Any]:
             "previous": previous,
             "wasted": costs.wasted_card(current, previous),
         },
-        "figures": {name: figure.to_plotly_json() for name, figure in built.items()},
+        "figures": {
+            name: figure.to_plotly_json() if figure is not None else None
+            for name, figure in built.items()
+        },
         "notes": series_notes(buckets, reading.prices),
         "events": len(marks.events),
         "regressions": len(marks.spans),

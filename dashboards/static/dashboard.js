@@ -100,7 +100,10 @@
     }
     if (!update) return;
     syncing = true;
-    const others = timePanels.filter((n) => n !== source).map((n) => Plotly.relayout(figureDiv(n), update));
+    // A panel drawn empty (the cost panel without prices) has no axes to move.
+    const others = timePanels
+      .filter((n) => n !== source && figureDiv(n).data)
+      .map((n) => Plotly.relayout(figureDiv(n), update));
     Promise.all(others).finally(() => { syncing = false; });
   }
 
