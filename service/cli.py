@@ -9,7 +9,7 @@ from service.alerts.cli import app as alerts_app
 from service.alerts.wording import cost_phrase, pct
 from service.db import make_engine, make_sessionmaker
 from service.fingerprint.cli import app as diff_app
-from service.settings import get_settings
+from service.settings import Settings, get_settings
 from service.simulate.cli import app as simulate_app
 
 app = typer.Typer(
@@ -49,6 +49,7 @@ def serve(
     """Migrate the database, then serve the API and dashboard."""
     import uvicorn
 
+    load_profiles_or_exit(get_settings())
     migrate()
     uvicorn.run(
         "service.api.app:create_app",
@@ -66,6 +67,7 @@ def worker() -> None:
     from service import worker as jobs
 
     settings = get_settings()
+    load_profiles_or_exit(settings)
     migrate()
     jobs.run_forever(make_sessionmaker(make_engine(settings)), settings)
 
@@ -82,6 +84,7 @@ def detect(
     from service.services.regressions import regression_to_json
 
     settings = get_settings()
+    load_profiles_or_exit(settings)
     engine = make_engine(settings)
     with make_sessionmaker(engine).begin() as session:
         report = run_detection(session, settings, service)
@@ -135,6 +138,19 @@ def retention(
         f"rejected records older than {settings.retention_days} days "
         f"({report.batches} batches)"
     )
+
+
+def load_profiles_or_exit(settings: Settings) -> None:
+    """Read the models file before anything starts: a malformed one stops the
+    command with its message (file and line) on stderr and exit code 2, rather than
+    serving with half of it or none."""
+    from service.profiles import ModelsFileError, profiles_for
+
+    try:
+        profiles_for(settings)
+    except ModelsFileError as exc:
+        typer.echo(f"cachewatch: the models file is refused: {exc}", err=True)
+        raise typer.Exit(code=2) from None
 
 
 def _describe_attribution(attribution: dict[str, Any]) -> str:

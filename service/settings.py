@@ -1,6 +1,7 @@
 """All configuration, read once from `CACHEWATCH_*` environment variables."""
 
 from functools import lru_cache
+from pathlib import Path
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -19,6 +20,9 @@ class Settings(BaseSettings):
     public_url: str = "http://127.0.0.1:8000"
     public_read: bool = False
     max_body_bytes: int = Field(10 * MiB, gt=0)
+    # The models file (TOML, contract section 4a; docs/providers.md): caching profiles
+    # and prices per model. None: the built-in profiles and the price source only.
+    models_file: Path | None = None
     max_decompressed_bytes: int = Field(64 * MiB, gt=0)
     # Memory that request bodies and their decoding may hold at once, per process;
     # past it a request is answered 503 with Retry-After (service/ingest/inflight.py).

@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from service.analytics.definitions import ratios
+from service.analytics.definitions import dollars, ratios
 from service.repository import telemetry as telemetry_repo
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -67,9 +67,10 @@ WINDOW_S = 3600
 
 
 class RollupGauges(Collector):
-    """Hit rate, cacheable fraction and requests per (service, model) over the last
-    hour of wall-clock time, from the minute rollups (so they lag the newest records
-    by at most one analytics pass, `CACHEWATCH_ANALYTICS_INTERVAL_S`)."""
+    """Hit rate, cacheable fraction, requests, spend and waste in dollars per
+    (service, model) over the last hour of wall-clock time, from the minute rollups
+    (so they lag the newest records by at most one analytics pass,
+    `CACHEWATCH_ANALYTICS_INTERVAL_S`)."""
 
     def __init__(self, session: Session, now_us: int | None = None) -> None:
         self._session = session
@@ -91,6 +92,18 @@ class RollupGauges(Collector):
         requests = GaugeMetricFamily(
             "cachewatch_requests_last_hour", "Usage records over the last hour.", labels=labels
         )
+        spend, wasted = (
+            GaugeMetricFamily(
+                f"cachewatch_{name}",
+                f"{meaning}, over the last hour (absent for models without prices).",
+                labels=labels,
+                unit="usd",
+            )
+            for name, meaning in (
+                ("spend", "Dollars the input tokens cost"),
+                ("wasted", "Dollars lost to recomputing cacheable tokens (rewarms)"),
+            )
+        )
         since_us = self._now_us - WINDOW_S * 1_000_000
         for row in telemetry_repo.last_hour_sums(self._session, since_us, WINDOW_S):
             key = [row["service"], row["model"]]
@@ -100,7 +113,11 @@ class RollupGauges(Collector):
                                  (cacheable, figures["cacheable_fraction"])):  # fmt: skip
                 if value is not None:
                     gauge.add_metric(key, value)
-        yield from (hit_rate, cacheable, requests)
+            for gauge, name in ((spend, "spend_usd"), (wasted, "wasted_usd")):
+                usd = dollars(row[name], row["priced_requests"])
+                if usd is not None:
+                    gauge.add_metric(key, usd)
+        yield from (hit_rate, cacheable, requests, spend, wasted)
 
 
 class AlertMetrics(Collector):

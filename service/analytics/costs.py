@@ -38,9 +38,7 @@ def with_request_costs(frame: pl.DataFrame) -> pl.DataFrame:
     """`frame` with `spend_usd` and `wasted_usd` per row. Reads prompt_tokens,
     cached_tokens, cache_write_tokens (absent: 0), rewarm_tokens and the
     PRICE_COLUMNS (absent: unpriced)."""
-    missing = [
-        pl.lit(None, pl.Float64).alias(c) for c in PRICE_COLUMNS if c not in frame.columns
-    ]
+    missing = [pl.lit(None, pl.Float64).alias(c) for c in PRICE_COLUMNS if c not in frame.columns]
     if "cache_write_tokens" not in frame.columns:
         missing.append(pl.lit(0, pl.Int64).alias("cache_write_tokens"))
     return frame.with_columns(missing).with_columns(_spend(), _wasted())
@@ -65,9 +63,7 @@ def _split() -> tuple[pl.Expr, pl.Expr]:
 def _spend() -> pl.Expr:
     inp, cached, write = _prices()
     u, w = _split()
-    return (
-        (u * inp + pl.col("cached_tokens") * cached + w * write) / _PER_MTOK
-    ).alias("spend_usd")
+    return ((u * inp + pl.col("cached_tokens") * cached + w * write) / _PER_MTOK).alias("spend_usd")
 
 
 def _wasted() -> pl.Expr:

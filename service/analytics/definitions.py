@@ -212,6 +212,22 @@ def ratios(values: Mapping[str, float], names: Iterable[str] = RATIOS) -> dict[s
     return out
 
 
+def dollars(value: float, priced_requests: int) -> float | None:
+    """A sum of dollars (USD_COLUMNS) as answered: None when no request it covers
+    had prices (contract section 4a: costs are null, not 0, without prices)."""
+    return float(value) if priced_requests else None
+
+
+def dollars_expr(name: str) -> pl.Expr:
+    """`dollars` over a frame of sums, one value per row, aliased `name`."""
+    return (
+        pl.when(pl.col("priced_requests") > 0)
+        .then(pl.col(name).cast(pl.Float64))
+        .otherwise(None)
+        .alias(name)
+    )
+
+
 def ratio_expr(name: str) -> pl.Expr:
     """RATIOS[name] over a frame of sums, one value per row, aliased `name`; null
     where the denominator is 0 (as `ratio`)."""

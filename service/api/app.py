@@ -26,6 +26,7 @@ from service.api.routers import (
     usage,
 )
 from service.db import make_engine, make_sessionmaker
+from service.profiles import profiles_for
 from service.services.tokens import TokenCache
 from service.settings import Settings, get_settings
 
@@ -69,6 +70,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings
+    # The models file is read first: a malformed one raises ModelsFileError (its
+    # file and line) and the app does not start.
+    app.state.profiles = profiles_for(settings)
     app.state.engine = make_engine(settings)
     app.state.sessionmaker = make_sessionmaker(app.state.engine)
     app.state.token_cache = TokenCache(settings.token_cache_s)

@@ -134,6 +134,14 @@ class Attribution(BaseModel):
     lag_s: float
 
 
+class Cost(BaseModel):
+    """A regression's cost in dollars a day (contract section 5)."""
+
+    usd_per_day_before: float
+    usd_per_day_after: float
+    extra_usd_per_day: float
+
+
 class RegressionOut(BaseModel):
     id: int
     service: str
@@ -147,6 +155,7 @@ class RegressionOut(BaseModel):
     attributed_to: Attribution | None
     cause: str
     evidence: list[str]
+    cost: Cost | None
 
 
 class CapacityPoint(BaseModel):

@@ -7,7 +7,15 @@ from dataclasses import dataclass
 
 from service.detection.series import Stretch
 
-REWARM_CAUSE_NAMES = {"concurrent": "cold_fanout", "routing": "routing", "eviction": "eviction"}
+#: A regression's cause for the rewarm cause holding the most rewarm tokens after
+#: it (contract section 5): the concurrent rewarms are a cold fan-out.
+REWARM_CAUSE_NAMES = {
+    "below_minimum": "below_minimum",
+    "concurrent": "cold_fanout",
+    "expiry": "expiry",
+    "routing": "routing",
+    "eviction": "eviction",
+}
 
 
 @dataclass(frozen=True)

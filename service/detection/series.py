@@ -4,6 +4,7 @@ the before/after figures of a stretch of it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +20,7 @@ from service.analytics.definitions import (
 )
 
 I64 = npt.NDArray[np.int64]
+_NUMPY_TYPE = {c: np.float64 if c in USD_COLUMNS else np.int64 for c in SUM_COLUMNS}
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,7 @@ class Series:
     and `replicas` are distinct counts within each bucket."""
 
     bucket_us: I64
-    sums: dict[str, npt.NDArray[np.int64] | npt.NDArray[np.float64]]
+    sums: dict[str, npt.NDArray[Any]]
     distinct_prefixes: I64
     replicas: I64
 
@@ -68,7 +70,7 @@ def build_series(rollups: pl.DataFrame, prefixes: pl.DataFrame, bucket_s: int) -
     sums = sums.join(distinct, on="b", how="left").with_columns(pl.col("distinct").fill_null(0))
     return Series(
         bucket_us=sums["b"].to_numpy().astype(np.int64),
-        sums={c: sums[c].to_numpy().astype(np.float64 if c in USD_COLUMNS else np.int64) for c in SUM_COLUMNS},
+        sums={c: sums[c].to_numpy().astype(_NUMPY_TYPE[c]) for c in SUM_COLUMNS},
         distinct_prefixes=sums["distinct"].to_numpy().astype(np.int64),
         replicas=sums["replicas"].to_numpy().astype(np.int64),
     )
@@ -86,6 +88,10 @@ class Stretch:
     opening_cacheable_fraction: float | None
     rewarm_tokens: dict[str, int]
     replicas: int
+    #: What a regression's cost is computed from (contract section 5).
+    prompt_tokens: int = 0
+    spend_usd: float = 0.0
+    priced_requests: int = 0
 
     def contract_view(self) -> dict[str, float | None]:
         """The four figures the contract's regression object carries."""
@@ -102,7 +108,10 @@ def _round(value: float | None) -> float | None:
 
 
 def stretch(series: Series, start: int, end: int) -> Stretch:
-    total = {name: int(values[start:end].sum()) for name, values in series.sums.items()}
+    total: dict[str, float] = {
+        name: (float if name in USD_COLUMNS else int)(values[start:end].sum())
+        for name, values in series.sums.items()
+    }
     total["distinct_prefixes"] = int(series.distinct_prefixes[start:end].sum())
     figures = ratios(total)
     replicas = series.replicas[start:end]
@@ -113,7 +122,10 @@ def stretch(series: Series, start: int, end: int) -> Stretch:
         unique_prefix_ratio=figures["unique_prefix_ratio"],
         history_rewrite_share=figures["history_rewrite_share"],
         opening_cacheable_fraction=figures["opening_cacheable_fraction"],
-        rewarm_tokens={c: total[n] for c, n in zip(CAUSES, REWARM_TOKEN_COLUMNS, strict=True)},
+        rewarm_tokens={c: int(total[n]) for c, n in zip(CAUSES, REWARM_TOKEN_COLUMNS, strict=True)},
         # The typical number serving (median over buckets), not a max a blip could set.
         replicas=int(np.median(replicas)) if len(replicas) else 0,
+        prompt_tokens=int(total["prompt_tokens"]),
+        spend_usd=float(total["spend_usd"]),
+        priced_requests=int(total["priced_requests"]),
     )

@@ -7,11 +7,21 @@ from typing import Any, cast
 from sqlalchemy import Table, func, select
 from sqlalchemy.orm import Session
 
+from service.analytics.definitions import USD_COLUMNS
 from service.models import Alert, Rollup
 
 ROLLUPS = cast(Table, Rollup.__table__)
 #: The sums the gauges are made of.
-GAUGE_SUMS = ("requests", "prompt_tokens", "cached_tokens", "fp_prompt_tokens", "cacheable_tokens")
+GAUGE_SUMS = (
+    "requests",
+    "prompt_tokens",
+    "cached_tokens",
+    "fp_prompt_tokens",
+    "cacheable_tokens",
+    "priced_requests",
+    "spend_usd",
+    "wasted_usd",
+)
 
 
 def last_hour_sums(session: Session, since_us: int, window_s: int) -> list[dict[str, Any]]:
@@ -35,9 +45,13 @@ def last_hour_sums(session: Session, since_us: int, window_s: int) -> list[dict[
             .order_by(c.model)
         )
         for row in session.execute(query).mappings():
-            # PostgreSQL sums bigints as numeric: back to int, as every reader expects.
-            rows.append({**row, **{name: int(row[name]) for name in GAUGE_SUMS}})
+            rows.append({**row, **{name: _number(name, row[name]) for name in GAUGE_SUMS}})
     return rows
+
+
+def _number(name: str, value: Any) -> float:
+    """PostgreSQL sums bigints as numeric: counts back to int, dollars to float."""
+    return float(value) if name in USD_COLUMNS else int(value)
 
 
 def alert_counts(session: Session) -> Sequence[tuple[str, str, int, int]]:

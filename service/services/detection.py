@@ -9,10 +9,11 @@ from sqlalchemy.orm import Session
 
 from service import repository, telemetry
 from service.alerts import outbox
+from service.analytics.costs import RegressionCost, Side, regression_cost
 from service.detection.changepoints import Drop, DropRule, lasting_drops, separate_episodes
 from service.detection.diagnosis import SegmentVariants, diagnose
 from service.detection.inferred import replica_changes
-from service.detection.series import Series, build_series, stretch
+from service.detection.series import Series, Stretch, build_series, stretch
 from service.models import ChangeEvent, Regression
 from service.repository import detection as detection_repo
 from service.rfc3339 import us_to_rfc3339
@@ -107,6 +108,7 @@ def _record(
     after = stretch(series, drop.after.start, drop.after.end)
     variants = _segment_variants(session, service, model, series, drop, change_us)
     diagnosis = diagnose(before, after, variants)
+    cost = _cost(series, drop, before, after, bucket_us)
     event, lag_s = _attribute(session, settings, service, model, change_us)
     recovered_us = None if drop.recovered_at is None else int(series.bucket_us[drop.recovered_at])
     values: dict[str, Any] = {
@@ -116,6 +118,7 @@ def _record(
         "attributed_to": _attribution(event, lag_s),
         "cause": diagnosis.cause,
         "evidence": diagnosis.evidence,
+        "cost": cost.as_dict() if cost is not None else None,
         "status": "resolved" if recovered_us is not None else "open",
         "resolved_at_us": recovered_us,
         "updated_at_us": now_us,
@@ -135,6 +138,20 @@ def _record(
     )
     detection_repo.add_regression(session, regression)
     return regression, True
+
+
+def _cost(
+    series: Series, drop: Drop, before: Stretch, after: Stretch, bucket_us: int
+) -> RegressionCost | None:
+    """Contract section 5's `cost`: a day is the after side's span in time (from its
+    first bucket's start to its last one's end, gaps included)."""
+    first, last = int(series.bucket_us[drop.after.start]), int(series.bucket_us[drop.after.end - 1])
+    days = (last + bucket_us - first) / (86_400 * _US)
+
+    def side(figures: Stretch, days: float) -> Side:
+        return Side(figures.spend_usd, figures.prompt_tokens, figures.priced_requests, days)
+
+    return regression_cost(side(before, days), side(after, days))
 
 
 def _segment_variants(

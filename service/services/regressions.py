@@ -36,4 +36,5 @@ def regression_to_json(regression: Regression) -> dict[str, Any]:
         "attributed_to": regression.attributed_to,
         "cause": regression.cause,
         "evidence": regression.evidence,
+        "cost": regression.cost,
     }

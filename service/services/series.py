@@ -32,6 +32,8 @@ from service.analytics.definitions import (
     REWARM_COLUMNS,
     REWARM_TOKEN_COLUMNS,
     SUM_COLUMNS,
+    WASTED_USD_COLUMNS,
+    dollars_expr,
     ratio_expr,
 )
 from service.repository import series as series_repo
@@ -231,6 +233,10 @@ def _by_cause(columns: tuple[str, ...]) -> list[pl.Expr]:
     return [pl.col(n).alias(c) for c, n in zip(CAUSES, columns, strict=True)]
 
 
+def _dollars_by_cause() -> list[pl.Expr]:
+    return [dollars_expr(n).alias(c) for c, n in zip(CAUSES, WASTED_USD_COLUMNS, strict=True)]
+
+
 def _contract_exprs() -> list[pl.Expr]:
     """A bucket's (or the totals') figures in the contract's shape (section 6), as
     Polars expressions over a frame of the sums by their stored names
@@ -266,6 +272,11 @@ def _contract_exprs() -> list[pl.Expr]:
         pl.col("misses"),
         pl.struct(*[ttft(o) for o in _OUTCOMES]).alias("ttft_ms"),
         pl.col("replicas"),
+        pl.col("cache_write_tokens"),
+        pl.col("priced_requests"),
+        dollars_expr("spend_usd"),
+        dollars_expr("wasted_usd"),
+        pl.struct(*_dollars_by_cause()).alias("wasted_usd_by_cause"),
     ]
 
 
@@ -294,12 +305,14 @@ def _percentile_columns(rows: pl.DataFrame, group: np.ndarray, n: int) -> list[p
 def contract_sums(bucket: Mapping[str, Any]) -> dict[str, float]:
     """The sums (by stored name, with `distinct_prefixes`) back from a bucket in the
     contract's shape: what `metric_values` needs to answer several buckets as one.
-    Two are not in the shape and come back from their ratios: `fp_cached_tokens`
+    Dollars answered as None (no prices) come back as 0.0 beside `priced_requests`
+    0. Two are not in the shape and come back from their ratios: `fp_cached_tokens`
     (capture ratio x cacheable tokens, exact up to float rounding) and
     `distinct_prefixes` (unique prefix ratio x fingerprinted requests: prefixes seen
     in several buckets count once per bucket, so their sum is an upper bound)."""
     rewarms = bucket.get("rewarms") or {}
     by_cause = bucket.get("rewarm_tokens_by_cause") or {}
+    wasted_by_cause = bucket.get("wasted_usd_by_cause") or {}
     sums: dict[str, float] = {
         "requests": bucket.get("requests") or 0,
         "prompt_tokens": bucket.get("prompt_tokens") or 0,
@@ -314,6 +327,14 @@ def contract_sums(bucket: Mapping[str, Any]) -> dict[str, float]:
         "misses": bucket.get("misses") or 0,
         **{n: rewarms.get(c, 0) for c, n in zip(CAUSES, REWARM_COLUMNS, strict=True)},
         **{n: by_cause.get(c, 0) for c, n in zip(CAUSES, REWARM_TOKEN_COLUMNS, strict=True)},
+        "cache_write_tokens": bucket.get("cache_write_tokens") or 0,
+        "priced_requests": bucket.get("priced_requests") or 0,
+        "spend_usd": bucket.get("spend_usd") or 0.0,
+        "wasted_usd": bucket.get("wasted_usd") or 0.0,
+        **{
+            n: wasted_by_cause.get(c) or 0.0
+            for c, n in zip(CAUSES, WASTED_USD_COLUMNS, strict=True)
+        },
     }
     sums["fp_cached_tokens"] = (bucket.get("capture_ratio") or 0) * sums["cacheable_tokens"]
     sums["distinct_prefixes"] = (bucket.get("unique_prefix_ratio") or 0) * sums["fp_requests"]

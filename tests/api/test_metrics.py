@@ -78,8 +78,14 @@ def test_totals_and_buckets(
         "routing": 1,
         "eviction": 0,
         "unknown": 0,
+        "expiry": 0,
+        "below_minimum": 0,
     }
     assert totals["rewarm_tokens"] == 300
+    # No caching profile names these models: no prices, so no dollars (not 0).
+    assert totals["cache_write_tokens"] == 0
+    assert totals["spend_usd"] is None and totals["wasted_usd"] is None
+    assert totals["wasted_usd_by_cause"] == dict.fromkeys(CAUSES)
     assert totals["unique_prefix_ratio"] == pytest.approx(1 / 3)
     assert totals["replicas"] == 2
     assert totals["ttft_ms"]["hit"]["p50"] == pytest.approx(100, rel=0.01)

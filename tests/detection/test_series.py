@@ -189,7 +189,14 @@ def test_stretch_figures_are_ratios_of_summed_tokens() -> None:
     assert s.unique_prefix_ratio == 16 / 40
     assert s.history_rewrite_share == 8 / 20
     assert s.opening_cacheable_fraction == 400 / 500
-    assert s.rewarm_tokens == {"concurrent": 80, "routing": 220, "eviction": 100, "unknown": 0}
+    assert s.rewarm_tokens == {
+        "below_minimum": 0,
+        "concurrent": 80,
+        "expiry": 0,
+        "routing": 220,
+        "eviction": 100,
+        "unknown": 0,
+    }
     assert set(s.rewarm_tokens) == set(CAUSES)
     assert s.replicas == 2  # median of [1, 4] = 2.5, as an int
 

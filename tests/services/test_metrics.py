@@ -54,8 +54,8 @@ def test_totals_are_ratios_of_sums(session: Session) -> None:
     assert totals["cacheable_tokens"] == 600 and totals["fingerprinted_prompt_tokens"] == 1200
     assert totals["cacheable_fraction"] == 600 / 1200
     assert totals["capture_ratio"] == 300 / 600
-    assert totals["rewarms"] == {"total": 1, "concurrent": 0, "routing": 1, "eviction": 0,
-                                 "unknown": 0}  # fmt: skip
+    assert totals["rewarms"] == {"total": 1, "below_minimum": 0, "concurrent": 0, "expiry": 0,
+                                 "routing": 1, "eviction": 0, "unknown": 0}  # fmt: skip
     assert totals["rewarm_tokens"] == 300 and totals["rewarm_share"] == 300 / 2200
     assert totals["replicas"] == 2
 
