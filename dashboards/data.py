@@ -17,7 +17,7 @@ from dashboards.cache import ReplayCache
 from dashboards.capacity_figure import Budget, capacity_figure
 from dashboards.filters import RawFilters, View, format_duration, resolve
 from dashboards.markers import Markers, markers_from
-from service.analytics.definitions import REWARM_COLUMNS, ratios
+from service.analytics.definitions import REWARM_COLUMNS, dollars, ratios
 from service.rfc3339 import us_to_rfc3339
 from service.services import dashboard
 from service.services.events import event_to_json
@@ -67,8 +67,8 @@ def headline_values(sums: dict[str, float]) -> dict[str, Any]:
         "requests": sums["requests"],
         **ratios(sums, ("hit_rate", "cacheable_fraction", "capture_ratio")),
         "rewarms": sum(sums[c] for c in REWARM_COLUMNS),
-        "spend_usd": dashboard.priced_dollars(sums, "spend_usd"),
-        "wasted_usd": dashboard.priced_dollars(sums, "wasted_usd"),
+        "spend_usd": dollars(sums["spend_usd"], int(sums["priced_requests"])),
+        "wasted_usd": dollars(sums["wasted_usd"], int(sums["priced_requests"])),
     }
 
 

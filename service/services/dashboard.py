@@ -12,7 +12,7 @@ from the analytics pass), a decision of this layer, which hands the planned
 segments to the queries (`service.repository.dashboard`). The page itself (figures,
 filters, wording) knows nothing of tables or grains."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,12 +160,6 @@ def top_prefixes(session: Session, scope: Scope, limit: int) -> list[dict[str, A
     if not scope.services:
         return []
     return dashboard_repo.top_prefixes(session, scope.rows, scope.prefix_segments(), limit)
-
-
-def priced_dollars(sums: Mapping[str, float], column: str) -> float | None:
-    """A dollar sum, None when no request of the sums had prices: contract section
-    4a's null, "no prices", which a 0.0 sum would hide as "free"."""
-    return float(sums[column]) if sums["priced_requests"] else None
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ def bucket(
         "ttft_ms": {"hit": {"p50": 100.0, "p95": 200.0}, "miss": {"p50": 400.0, "p95": 900.0}},
         "replicas": 2,
         "cache_write_tokens": 0,
+        "priced_requests": requests,
         # At $3 per million uncached tokens and $0.30 cached (contract section 4a).
         "spend_usd": ((prompt - cached) * 3.0 + cached * 0.3) / 1e6,
         "wasted_usd": 600 * 2.7 / 1e6,
@@ -70,6 +71,7 @@ def unpriced(b: dict[str, Any]) -> dict[str, Any]:
     """The bucket as a model without prices answers it: dollars null, not 0."""
     return {
         **b,
+        "priced_requests": 0,
         "spend_usd": None,
         "wasted_usd": None,
         "wasted_usd_by_cause": dict.fromkeys(b["wasted_usd_by_cause"]),

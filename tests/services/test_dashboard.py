@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from dashboards.data import headline_values
 from service.models import Regression
 from service.repository import alerts as alerts_repo
 from service.repository.series import CHART_TABLE
@@ -229,18 +230,18 @@ def test_the_headline_dollars_and_the_models_without_prices(
     only_m = reading(None, "m")
     assert only_m.prices == reads.Prices((), ())
     day_tokens = sums(stored, T0_S + DAY_S, T0_S + 2 * DAY_S, model="m")["prompt_tokens"]
-    spend = reads.priced_dollars(only_m.current, "spend_usd")
+    spend = headline_values(only_m.current)["spend_usd"]
     assert spend is not None and math.isclose(spend, day_tokens * 3e-6, rel_tol=1e-9)
     before = sums(stored, T0_S, T0_S + DAY_S, model="m")["prompt_tokens"]
     assert math.isclose(only_m.previous["spend_usd"], before * 3e-6, rel_tol=1e-9)
-    wasted = reads.priced_dollars(only_m.current, "wasted_usd")
+    wasted = headline_values(only_m.current)["wasted_usd"]
     assert wasted is not None and math.isclose(
         wasted, only_m.current["rewarm_tokens"] * 3e-6, rel_tol=1e-9
     )
     only_m2 = reading("b", "m2")
     assert only_m2.current["requests"] == 300 and only_m2.prices == reads.Prices(("m2",), ())
-    assert reads.priced_dollars(only_m2.current, "spend_usd") is None
-    assert reads.priced_dollars(only_m2.current, "wasted_usd") is None
+    assert headline_values(only_m2.current)["spend_usd"] is None
+    assert headline_values(only_m2.current)["wasted_usd"] is None
     assert reading("a", None).prices == reads.Prices((), ())
 
 
