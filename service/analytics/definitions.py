@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import overload
 
 import numpy as np
@@ -210,6 +211,14 @@ def ratios(values: Mapping[str, float], names: Iterable[str] = RATIOS) -> dict[s
         r = RATIOS[name]
         out[name] = ratio(values[r.numerator], values[r.denominator])
     return out
+
+
+def as_sum(name: str, value: Decimal | float | None) -> float | int:
+    """A database's sum of the sum `name` as its Python type: PostgreSQL sums
+    bigints as numeric (Decimal), so counts go back to int (exactly) and dollars to
+    float; None (no rows) is 0."""
+    number = 0 if value is None else value
+    return float(number) if name in USD_COLUMNS else int(number)
 
 
 def dollars(value: float, priced_requests: int) -> float | None:

@@ -9,6 +9,7 @@ import polars as pl
 from sqlalchemy import Table, func, select
 from sqlalchemy.orm import Session
 
+from service.analytics.definitions import SUM_DTYPES
 from service.models import (
     AnalyticsCursor,
     AnalyticsState,
@@ -141,6 +142,7 @@ def _table_schema(table: Table, columns: Sequence[str]) -> dict[str, Any]:
         "replica": pl.Utf8,
         "ttft_hit": pl.Binary,
         "ttft_miss": pl.Binary,
+        **SUM_DTYPES,
     }
     return {c: kinds.get(c, pl.Int64) for c in columns}
 

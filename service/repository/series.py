@@ -9,7 +9,7 @@ import polars as pl
 from sqlalchemy import Table, func, literal, select, union_all
 from sqlalchemy.orm import Session
 
-from service.analytics.definitions import SUM_COLUMNS, USD_COLUMNS
+from service.analytics.definitions import SUM_COLUMNS, as_sum
 from service.models import ChartRollup
 from service.repository.analytics import PREFIX_TABLE, ROLLUP_TABLE
 from service.rollups.chart import CHART_SCHEMA
@@ -114,8 +114,7 @@ def sum_series_rows(
     segments: Sequence[Segment],
     columns: Sequence[str],
 ) -> dict[str, float]:
-    """Sums of the columns over the segments, computed by the database (dollars as
-    floats, counts as ints)."""
+    """Sums of the columns over the segments, computed by the database."""
     totals: dict[str, float] = dict.fromkeys(columns, 0)
     c = CHART_TABLE.c
     for segment in segments:
@@ -125,7 +124,7 @@ def sum_series_rows(
             )
         ).one()
         for name, value in zip(columns, row, strict=True):
-            totals[name] += float(value) if name in USD_COLUMNS else int(value)
+            totals[name] += as_sum(name, value)
     return totals
 
 

@@ -7,7 +7,7 @@ from typing import Any, cast
 from sqlalchemy import Table, func, select
 from sqlalchemy.orm import Session
 
-from service.analytics.definitions import USD_COLUMNS
+from service.analytics.definitions import as_sum
 from service.models import Alert, Rollup
 
 ROLLUPS = cast(Table, Rollup.__table__)
@@ -45,13 +45,8 @@ def last_hour_sums(session: Session, since_us: int, window_s: int) -> list[dict[
             .order_by(c.model)
         )
         for row in session.execute(query).mappings():
-            rows.append({**row, **{name: _number(name, row[name]) for name in GAUGE_SUMS}})
+            rows.append({**row, **{name: as_sum(name, row[name]) for name in GAUGE_SUMS}})
     return rows
-
-
-def _number(name: str, value: Any) -> float:
-    """PostgreSQL sums bigints as numeric: counts back to int, dollars to float."""
-    return float(value) if name in USD_COLUMNS else int(value)
 
 
 def alert_counts(session: Session) -> Sequence[tuple[str, str, int, int]]:

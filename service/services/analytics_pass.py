@@ -11,7 +11,14 @@ records from W before that hour are reloaded, the state is rewound, and every
 rollup from that hour on is replaced (see `service.analytics.state`). Either way
 the chart rollups are then rebuilt from the first changed minute on
 (`service.services.chart_rollups`). Exact, at the
-cost of reloading about one hour plus W of traffic for that pass."""
+cost of reloading about one hour plus W of traffic for that pass.
+
+Each record is read with its caching profile (`service.profiles`: the models file
+in force when the pass runs, then the built-ins): its minimum and TTL decide the
+`below_minimum` and `expiry` causes, its prices the dollars. Results already in the
+rollups keep the profile they were computed with; a changed models file applies
+from the next records on (and to any hour a late record makes the pass rebuild).
+docs/providers.md says so to users."""
 
 import time
 from dataclasses import dataclass
@@ -23,6 +30,7 @@ from service import repository
 from service.analytics.definitions import SUM_COLUMNS
 from service.analytics.requests import compute_request_metrics
 from service.analytics.state import UNBOUNDED_US, ReuseState, earliest_late, plan_from
+from service.profiles import Profiles, profiles_for
 from service.repository import retention as retention_repo
 from service.rollups import aggregate
 from service.services import chart_rollups
@@ -53,7 +61,8 @@ def catch_up(session: Session, settings: Settings) -> PassReport:
         return PassReport(0, None)
     blob = repository.get_state(session, STATE)
     state = ReuseState.from_bytes(blob) if blob else None
-    batch = repository.load_usage_frame(session, after_id=low, up_to_id=high)
+    profiles = profiles_for(settings)
+    batch = profiles.annotate(repository.load_usage_frame(session, after_id=low, up_to_id=high))
     window_s = settings.reuse_window_s
     exact_from = _exact_from(session, round(window_s * 1_000_000))
     if exact_from:
@@ -72,7 +81,7 @@ def catch_up(session: Session, settings: Settings) -> PassReport:
         _add_to_rollups(session, batch, results)
     else:
         assert state is not None or recompute_from == exact_from
-        state = _recompute(session, state, recompute_from, high, window_s)
+        state = _recompute(session, state, recompute_from, high, window_s, profiles)
 
     assert state is not None
     watermark_ts = state.watermark[0] if state.watermark else 0
@@ -101,7 +110,12 @@ def _late_from(state: ReuseState | None, batch: pl.DataFrame) -> int | None:
 
 
 def _recompute(
-    session: Session, state: ReuseState | None, from_us: int, high: int, window_s: float
+    session: Session,
+    state: ReuseState | None,
+    from_us: int,
+    high: int,
+    window_s: float,
+    profiles: Profiles,
 ) -> ReuseState:
     seeds: tuple[str, ...] = ()
     if state is None:
@@ -117,6 +131,7 @@ def _recompute(
     if seeds and reload_from is not None:
         seed_rows = repository.load_session_seeds(session, seeds, reload_from, high)
         frame = pl.concat([seed_rows, frame]).unique("id", keep="first")
+    frame = profiles.annotate(frame)
     results, new_state = compute_request_metrics(frame, window_s, plan_state)
     repository.delete_rollups_from(session, from_us)
     # The daily prefix rows are merged into like the others, so the one holding

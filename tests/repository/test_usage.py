@@ -18,7 +18,8 @@ COLUMN = {name: i for i, name in enumerate(USAGE_COLUMNS)}
 def row(request_id: str, **fields: Any) -> tuple[Any, ...]:
     values: list[Any] = [None] * len(USAGE_COLUMNS)
     base = {"request_id": request_id, "ts_us": 1_700_000_000_000_000, "received_us": 1,
-            "service": "svc", "model": "m", "prompt_tokens": 100, "cached_tokens": 0}  # fmt: skip
+            "service": "svc", "model": "m", "prompt_tokens": 100, "cached_tokens": 0,
+            "cache_write_tokens": 0}  # fmt: skip
     for name, value in {**base, **fields}.items():
         values[COLUMN[name]] = value
     return tuple(values)
