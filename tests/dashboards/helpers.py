@@ -4,6 +4,14 @@ import random
 from typing import Any
 
 XSS = "<script>alert(1)</script>"
+#: A models file that prices model `m` alone (dollars per million tokens).
+INPUT_USD, CACHED_USD = 3.00, 0.30
+MODELS_FILE = f"""
+[[model]]
+match = "m"
+input_usd_per_mtok = {INPUT_USD}
+cached_usd_per_mtok = {CACHED_USD}
+"""
 
 
 def bucket(

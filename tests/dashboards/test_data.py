@@ -8,8 +8,10 @@ import orjson
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
 
 from dashboards.cache import ReplayCache
+from tests.alerts.conftest import add_regression
 from tests.dashboards.helpers import records
 
 T0 = 1_764_399_600
@@ -135,3 +137,19 @@ def test_without_prices_the_money_says_so_and_names_the_models(
     assert series["figures"]["hit_rate"] is not None
     narrowed = client.get("/dashboard/data/series?model=m", headers=read_headers).json()
     assert narrowed["notes"]["cost"].startswith("No prices for model m: its requests")
+
+
+def test_the_regressions_table_says_what_each_costs_a_day(
+    client: TestClient, session: Session, read_headers: dict[str, str]
+) -> None:
+    """The cost cell from the stored regression's `cost`, through the API's JSON."""
+    cost = {"usd_per_day_before": 410.0, "usd_per_day_after": 1650.5, "extra_usd_per_day": 1240.5}
+    add_regression(session, cost=cost)
+    add_regression(session, service="other", cost=None)
+    session.commit()
+    params = {"from": "2026-11-23T00:00:00Z", "to": "2026-11-24T00:00:00Z"}
+    tables = client.get("/dashboard/data/tables", params=params, headers=read_headers).json()
+    assert {r["service"]: r["cost"] for r in tables["regressions"]} == {
+        "assistant": "+$1,241/day",
+        "other": "no prices",
+    }
