@@ -175,7 +175,9 @@ def _dollars(values: list[float | None]) -> tuple[list[float | None], list[str]]
 
 def cost_figure(metrics: dict[str, Any], markers: Markers = Markers()) -> go.Figure:
     """Wasted dollars per bucket stacked by rewarm cause (contract section 4a's
-    `wasted_usd_by_cause`, in CAUSES order), and the spend on the right axis. A
+    `wasted_usd_by_cause`, in CAUSES order) under the spend, on one axis: the waste
+    is part of the spend (what recomputing cacheable tokens cost above their cached
+    price), so the stack never tops the line and shows its share at a glance. A
     bucket without prices has no bar and a gap in the line, not a zero."""
 
     def draw(figure: go.Figure, buckets: Buckets, xs: list[str]) -> None:
@@ -200,15 +202,13 @@ def cost_figure(metrics: dict[str, Any], markers: Markers = Markers()) -> go.Fig
                 {"color": SPEND, "width": 1.5},
                 "%{customdata}",
                 customdata=texts,
-                yaxis="y2",
                 connectgaps=False,
             )
         )
         figure.update_layout(
             barmode="stack",
             bargap=0.05,
-            yaxis={"title": "wasted ($)", "rangemode": "tozero", "tickprefix": "$"},
-            yaxis2=right_axis("spend ($)", rangemode="tozero", tickprefix="$"),
+            yaxis={"title": "dollars per bucket", "rangemode": "tozero", "tickprefix": "$"},
         )
 
     return _time_panel(metrics, markers, draw)

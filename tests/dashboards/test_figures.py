@@ -262,7 +262,7 @@ def test_every_cause_has_a_colour_and_a_name() -> None:
     assert set(CAUSE_COLORS) == set(CAUSE_NAMES) == set(CAUSES)
 
 
-def test_cost_figure_stacks_waste_by_cause_with_spend_on_the_right() -> None:
+def test_cost_figure_stacks_waste_by_cause_under_the_spend() -> None:
     metrics = {**METRICS, "buckets": [*METRICS["buckets"][:2], unpriced(METRICS["buckets"][2])]}
     figure = figures.cost_figure(metrics, _markers())
     bars = [t for t in figure.data if t.type == "bar"]
@@ -272,7 +272,7 @@ def test_cost_figure_stacks_waste_by_cause_with_spend_on_the_right() -> None:
     assert list(eviction.y) == [0.00054, 0.00054, None]  # no prices: no bar, not 0
     assert list(eviction.customdata) == ["<$0.01", "<$0.01", "no prices"]
     spend = next(t for t in figure.data if t.name == "spend")
-    assert spend.yaxis == "y2" and list(spend.y) == [0.0084, 0.0246, None]
+    assert spend.yaxis is None and list(spend.y) == [0.0084, 0.0246, None]  # one axis
     assert list(spend.customdata) == ["$0.01", "$0.02", "no prices"]
     # The hover shows the amounts worded as everywhere else (service.alerts.money).
     assert all(t.hovertemplate == "%{customdata}" for t in figure.data)
