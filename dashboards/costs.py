@@ -10,6 +10,8 @@ from service.alerts.money import usd, usd_per_day
 from service.services.dashboard import Prices
 
 CENT = 0.01
+#: What every headline card shows without data (as the page script's `pct(null)`).
+NO_DATA = "\u2013"
 #: Models named in a note before "and N more".
 NOTE_MODELS = 8
 MODELS_FILE_HINT = (
@@ -19,11 +21,14 @@ MODELS_FILE_HINT = (
 
 
 def wasted_card(current: Mapping[str, Any], previous: Mapping[str, Any]) -> dict[str, str]:
-    """The headline card: the range's wasted dollars, and how they moved against
+    """The headline card: the range's wasted dollars (`no prices` when none of its
+    requests had prices, an en dash without requests), and how they moved against
     the previous range of equal length (`trend`: `worse` when more was wasted,
     `better` when less, empty when either side has no figure or it moved by less
     than half a cent)."""
     wasted, before = current["wasted_usd"], previous["wasted_usd"]
+    if not current["requests"]:
+        return {"value": NO_DATA, "delta": "", "trend": ""}
     card = {"value": usd(wasted), "delta": "", "trend": ""}
     if wasted is None:
         return card

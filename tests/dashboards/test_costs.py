@@ -35,6 +35,7 @@ def test_wasted_card_against_the_previous_range() -> None:
 
 
 def test_wasted_card_without_prices_or_previous_data() -> None:
+    assert wasted_card(sums(None, requests=0), sums(5.0))["value"] == "\u2013"  # no data
     assert wasted_card(sums(None), sums(5.0)) == {"value": "no prices", "delta": "", "trend": ""}
     assert wasted_card(sums(7.0), sums(None, requests=0))["delta"] == (
         "no data in the previous range"
