@@ -31,6 +31,8 @@ def usd(value: float | None, *, signed: bool = False) -> str:
         return NO_PRICES
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return "n/a"
+    if value == 0:  # the common case of a chart's hover texts, before any Decimal
+        return "$0"
     magnitude = _magnitude(abs(float(value)))
     if magnitude == "$0":
         return magnitude

@@ -270,12 +270,12 @@ def test_cost_figure_stacks_waste_by_cause_under_the_spend() -> None:
     assert [t.marker.color for t in bars] == [CAUSE_COLORS[c] for c in CAUSES]
     eviction = bars[CAUSES.index("eviction")]
     assert list(eviction.y) == [0.00054, 0.00054, None]  # no prices: no bar, not 0
-    assert list(eviction.customdata) == ["<$0.01", "<$0.01", "no prices"]
+    assert list(eviction.hovertext) == ["<$0.01", "<$0.01", "no prices"]
     spend = next(t for t in figure.data if t.name == "spend")
     assert spend.yaxis is None and list(spend.y) == [0.0084, 0.0246, None]  # one axis
-    assert list(spend.customdata) == ["$0.01", "$0.02", "no prices"]
+    assert list(spend.hovertext) == ["$0.01", "$0.02", "no prices"]
     # The hover shows the amounts worded as everywhere else (service.alerts.money).
-    assert all(t.hovertemplate == "%{customdata}" for t in figure.data)
+    assert all(t.hovertemplate == "%{hovertext}" for t in figure.data)
     assert figure.layout.barmode == "stack" and figure.layout.yaxis.tickprefix == "$"
     assert any(s.type == "rect" for s in figure.layout.shapes)  # the regression span
 
