@@ -13,6 +13,11 @@ never mix; the machine may be shared, so repeated measures keep the best.
 
     .venv/bin/python bench/analytics.py [--requests 1000000] [--slices 2000,5000]
         [--repeat 2] [--days 30] [--parts 1,2,3] [--llmtrafficlens PATH] [--keep]
+        [--profile-min 1024] [--profile-ttl 300]
+
+`--profile-min` / `--profile-ttl` give every request of part 1 a caching profile
+(contract section 4a: the `below_minimum` and `expiry` causes); without them the
+requests have none, as a self-hosted engine's.
 
 `--parts 3` runs only the `/v1/metrics` measures (it generates and computes the
 requests it needs without timing them).
@@ -76,6 +81,7 @@ def w_pass(p: Params) -> Params:
     from service.analytics import RESULT_SCHEMA, compute_request_metrics
 
     frame = pl.read_ipc(p["path"], n_rows=p.get("n"))  # a slice: only its rows in memory
+    frame = with_profile(frame, p.get("profile_min"), p.get("profile_ttl"))
     if p.get("impl") == "reference":
         from tests.analytics.reference import request_metrics
 
@@ -88,6 +94,17 @@ def w_pass(p: Params) -> Params:
         (results, _), m = measured(lambda: compute_request_metrics(frame, WINDOW_S))
     results.sort("id").write_ipc(p["out"])
     return {**m, "blocks": int(frame["block_hashes"].bin.size().sum()) // 8, "rows": frame.height}
+
+
+def with_profile(frame: pl.DataFrame, min_prompt: int | None, ttl_s: float | None) -> pl.DataFrame:
+    """Every request with one caching profile's columns (contract section 4a), as
+    the analytics pass resolves them; none given: the frame as generated."""
+    if min_prompt is None and ttl_s is None:
+        return frame
+    return frame.with_columns(
+        pl.lit(min_prompt, pl.Int64).alias("min_prompt_tokens"),
+        pl.lit(ttl_s, pl.Float64).alias("ttl_s"),
+    )
 
 
 def mooncake_frame() -> pl.DataFrame:
@@ -291,7 +308,10 @@ def part1(args: argparse.Namespace, wd: Path) -> list[Row]:
     data, results = wd / "requests.arrow", wd / "results.arrow"
     print(f"\n== 1. compute_request_metrics, {args.requests:,} synthetic requests ==")
     print(f"generated: {worker('gen', n=args.requests, path=str(data))['mib']:.0f} MiB frame")
-    runs = [worker("pass", path=str(data), out=str(results)) for _ in range(args.repeat)]
+    profile = {"profile_min": args.profile_min, "profile_ttl": args.profile_ttl}
+    if args.profile_min is not None or args.profile_ttl is not None:
+        print(f"caching profile on every request: min {args.profile_min}, ttl {args.profile_ttl} s")
+    runs = [worker("pass", path=str(data), out=str(results), **profile) for _ in range(args.repeat)]
     for r in runs:
         print(
             f"full pass: {r['rows']:,} requests, {r['blocks']:,} blocks: wall {r['wall_s']:.2f}"
@@ -304,6 +324,8 @@ def part1(args: argparse.Namespace, wd: Path) -> list[Row]:
         .row(0)
     )
     print(f"  mean seen blocks {seen:.2f}, rewarms {rewarms:,}, history rewrites {rewrites:,}")
+    causes = pl.read_ipc(results)["rewarm_cause"].drop_nulls().value_counts(sort=True).rows()
+    print("  rewarms by cause: " + ", ".join(f"{c} {k:,}" for c, k in causes))
     wall, peak = min(r["wall_s"] for r in runs), max(r["peak_mib"] for r in runs)
     n_req = f"{args.requests / 1e6:g}M"
     out = [
@@ -311,8 +333,10 @@ def part1(args: argparse.Namespace, wd: Path) -> list[Row]:
         row(f"pass {n_req} requests: peak RSS", f"{peak:.0f} MiB", "<= 2048 MiB", peak <= 2048),
     ]
     for n in args.slices:
-        ref = worker("pass", path=str(data), n=n, impl="reference", out=str(wd / "ref.arrow"))
-        fast = worker("pass", path=str(data), n=n, out=str(wd / "fast.arrow"))
+        ref = worker(
+            "pass", path=str(data), n=n, impl="reference", out=str(wd / "ref.arrow"), **profile
+        )
+        fast = worker("pass", path=str(data), n=n, out=str(wd / "fast.arrow"), **profile)
         a, b = pl.read_ipc(wd / "ref.arrow"), pl.read_ipc(wd / "fast.arrow")
         bad = [c for c in a.columns if not a[c].equals(b[c])]
         ratio = ref["wall_s"] / fast["wall_s"]
@@ -459,6 +483,14 @@ def main() -> None:
     parser.add_argument("--parts", default="1,2,3")
     parser.add_argument("--llmtrafficlens", help="the llmtrafficlens executable to compare with")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument(
+        "--profile-min",
+        type=int,
+        help="part 1: give every request this min_prompt_tokens (a caching profile, e.g. 1024)",
+    )
+    parser.add_argument(
+        "--profile-ttl", type=float, help="part 1: give every request this ttl_s (e.g. 300)"
+    )
     args = parser.parse_args()
     wd = Path(tempfile.mkdtemp(prefix="cw-bench-analytics-"))
     print(

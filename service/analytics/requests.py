@@ -14,6 +14,20 @@ then a search over each request's contiguous rows. Rewarm causes need one more
 sort, only over the keys that some rewarm's deepest seen block has, by
 (key, replica). No Python loop runs per block.
 
+Caching profiles (contract section 4a) reach the pass as two per-request columns
+the caller has already resolved from the record and its profile:
+`min_prompt_tokens` (null or 0: no minimum) and `ttl_s` (the record's
+`cache_ttl_s`, else the profile's TTL; null: none). They change the rewarm cause
+only, never which requests are rewarms (cacheable tokens, seen blocks and W stay
+as above), in the order of `CAUSES`: `below_minimum` (prompt_tokens < the
+minimum: r alone decides), `concurrent`, `expiry` (the most recent earlier
+carrier of the deepest seen block started more than TTL before r, compared in
+microseconds as `gap_us > ttl_s * 1e6`), then `routing`, `eviction`, `unknown`.
+The state (`service.analytics.state`) needs nothing new for them: expiry compares
+r with that most recent carrier, whose ts the entries already hold for concurrency,
+and a carrier older than W, which the state prunes, cannot be the deepest seen
+block's (it would not be seen); below_minimum reads r's own columns.
+
 Conventions where the contract is silent (all mirrored by the reference
 implementation in tests/analytics/reference.py):
 
@@ -67,7 +81,9 @@ REWARM_MIN_TOKENS = 128
 
 #: Each cause as a small integer in the arrays (0: no rewarm), by its place in CAUSES.
 _CODES = {name: i + 1 for i, name in enumerate(CAUSES)}
+_BELOW_MINIMUM = _CODES["below_minimum"]
 _CONCURRENT = _CODES["concurrent"]
+_EXPIRY = _CODES["expiry"]
 _ROUTING = _CODES["routing"]
 _EVICTION = _CODES["eviction"]
 _UNKNOWN = _CODES["unknown"]
@@ -85,6 +101,9 @@ INPUT_SCHEMA: dict[str, pl.DataType] = {
     "block_hashes": pl.Binary(),
     "prefix_key": pl.Int64(),
     "prefix_tokens": pl.Int64(),
+    # The record's caching profile, resolved by the caller (null: none; see above).
+    "min_prompt_tokens": pl.Int64(),
+    "ttl_s": pl.Float64(),
 }
 
 #: Columns of the per-request result, one row per request in (ts_us, id) order.
@@ -96,7 +115,7 @@ RESULT_SCHEMA: dict[str, pl.DataType] = {
     "cacheable_tokens": pl.Int64(),
     "rewarm_tokens": pl.Int64(),
     "is_rewarm": pl.Boolean(),
-    "rewarm_cause": pl.String(),  # concurrent | routing | eviction | unknown | null
+    "rewarm_cause": pl.String(),  # one of CAUSES, null when not a rewarm
     "history_rewrite": pl.Boolean(),
     # No session_id, or the first request of its session (contract section 5).
     "is_opening": pl.Boolean(),
@@ -225,7 +244,8 @@ def _reuse(req: pl.DataFrame, ts: I64, ids: I64, state: ReuseState, w_us: int) -
     run = _seen_runs(rows, occ, w_us)
     cacheable, rewarm_tokens, is_rewarm = _reuse_tokens(req, rows, run)
     out.seen_blocks, out.cacheable, out.rewarm_tokens = run, cacheable, rewarm_tokens
-    out.cause = _rewarm_causes(rows, occ, ts, run, np.flatnonzero(is_rewarm), w_us)
+    rw = np.flatnonzero(is_rewarm)
+    out.cause = _rewarm_causes(rows, occ, ts, run, rw, _profile_of(req, rw), w_us)
     del occ  # the largest arrays of the pass: gone before the entries are grouped
     out.entries = _next_entries(req, rows, ids, w_us)
     return out
@@ -376,23 +396,49 @@ def _reuse_tokens(req: pl.DataFrame, rows: _Rows, run: I64) -> tuple[I64, I64, B
     return cacheable, rewarm_tokens, is_rewarm
 
 
+@dataclass(frozen=True)
+class _Profile:
+    """The caching profile's say on each rewarm (arrays in the order of `rw`)."""
+
+    below_minimum: Bools  # prompt_tokens < min_prompt_tokens (null or 0: never)
+    ttl_us: F64  # ttl_s * 1e6, NaN where there is no TTL
+
+
+def _profile_of(req: pl.DataFrame, rw: I64) -> _Profile:
+    """The profile columns of the rewarms `rw` only (a gather, not a full column)."""
+    at = pl.Series(rw)
+    prompt = ints(req["prompt_tokens"].gather(at))
+    minimum = ints(req["min_prompt_tokens"].gather(at))
+    ttl_s = req["ttl_s"].gather(at).fill_null(np.nan).to_numpy().astype(np.float64)
+    return _Profile(below_minimum=prompt < minimum, ttl_us=ttl_s * 1e6)
+
+
 def _rewarm_causes(
-    rows: _Rows, occ: Occurrences, ts: I64, run: I64, rw: I64, w_us: int
+    rows: _Rows, occ: Occurrences, ts: I64, run: I64, rw: I64, profile: _Profile, w_us: int
 ) -> np.ndarray:
     """The cause code of each request (0 where `rw`, the rewarms, does not list
-    it), judged at its deepest seen block against the most recent earlier carrier:
-    still in prefill (concurrent); else no replica given (unknown); else whether
-    the rewarm's own replica carried it within W (eviction) or not (routing)."""
+    it), the first that holds in the order of CAUSES, judged at its deepest seen
+    block against the most recent earlier carrier: a prompt under the profile's
+    minimum (below_minimum); that carrier still in prefill (concurrent); it started
+    more than the TTL before (expiry: an integer gap against ttl_s * 1e6, as the
+    reference compares); else no replica given (unknown); else whether the
+    rewarm's own replica carried it within W (eviction) or not (routing)."""
     cause = np.zeros(rows.n_requests, dtype=np.int8)
     deep = _deepest_seen_rows(rows, run, rw)
     last = _previous_sources(occ, deep)
     gap = ts[rw] - rows.src_ts[last]
+    below = profile.below_minimum
+    cause[rw[below]] = _BELOW_MINIMUM
     # The most recent earlier carrier was still in prefill (null ttft: NaN, False).
-    concurrent = gap < rows.src_ttft[last] * 1000.0
+    concurrent = ~below & (gap < rows.src_ttft[last] * 1000.0)
     cause[rw[concurrent]] = _CONCURRENT
-    no_replica = ~concurrent & (rows.rep_req[rw] < 0)
+    # ... or started more than the TTL before r (no TTL: NaN, False).
+    expired = ~below & ~concurrent & (gap > profile.ttl_us)
+    cause[rw[expired]] = _EXPIRY
+    decided = below | concurrent | expired
+    no_replica = ~decided & (rows.rep_req[rw] < 0)
     cause[rw[no_replica]] = _UNKNOWN
-    ask = ~concurrent & ~no_replica
+    ask = ~decided & ~no_replica
     if ask.any():
         on_replica = _same_replica_within(occ, deep[ask], rows.src_ts, rows.src_rep, w_us)
         cause[rw[ask]] = np.where(on_replica, _EVICTION, _ROUTING)

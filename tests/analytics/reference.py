@@ -1,10 +1,13 @@
 """A deliberately naive implementation of contract section 4, for tests only.
 
 Written straight from the contract's words: requests in order, and for each one a
-scan over *all* earlier requests. Quadratic, obviously right, and independent of
-the vectorized code it checks (no shared helpers, no sorting tricks). Where the
-contract is silent it follows the conventions listed in
-`service.analytics.requests`.
+scan over *all* earlier requests (backwards, so that the first carrier found is
+the most recent). Quadratic, obviously right, and independent of the vectorized
+code it checks (no shared helpers, no sorting tricks). With a caching profile
+(section 4a) a record carries `min_prompt_tokens` and `ttl_s`, already resolved
+as the caller does, and the rewarm causes follow the full order `below_minimum`,
+`concurrent`, `expiry`, `routing`, `eviction`, `unknown`. Where the contract is
+silent it follows the conventions listed in `service.analytics.requests`.
 
 Records are friendly dicts: the storage columns, with `block_hashes` a list of
 ints (or None). `to_frame` packs them the way the storage layer does.
@@ -36,6 +39,8 @@ FRAME_SCHEMA: dict[str, pl.DataType] = {
     "block_hashes": pl.Binary(),
     "prefix_key": pl.Int64(),
     "prefix_tokens": pl.Int64(),
+    "min_prompt_tokens": pl.Int64(),
+    "ttl_s": pl.Float64(),
 }
 
 DEFAULTS: Record = {
@@ -50,6 +55,11 @@ DEFAULTS: Record = {
     "block_hashes": None,
     "prefix_key": None,
     "prefix_tokens": None,
+    # The caching profile as the caller resolves it (contract section 4a): the
+    # minimum prompt the provider caches (None or 0: any) and the TTL in seconds
+    # (the record's cache_ttl_s, else the profile's; None: never expires).
+    "min_prompt_tokens": None,
+    "ttl_s": None,
 }
 
 
@@ -103,16 +113,20 @@ def request_metrics(records: Iterable[Record], window_s: float) -> dict[int, Rec
     """Per-request values, keyed by id."""
     w_us = window_s * 1_000_000
     reqs = ordered(records)
+    # Each request's (model, hash) pairs, computed once: reuse is per model.
+    keys_of = [{(q["model"], key) for key in carried(q)} for q in reqs]
     out: dict[int, Record] = {}
     for i, r in enumerate(reqs):
         earlier = reqs[:i]
 
-        def most_recent(key: tuple[str, int], r: Record = r, earlier: list[Record] = earlier):
-            found = None
-            for q in earlier:
-                if q["model"] == r["model"] and key in carried(q):
-                    found = q  # later in order: more recent
-            return found
+        def most_recent(key: tuple[str, int], r: Record = r, i: int = i) -> Record | None:
+            """The latest earlier request to r's model with `key` (backwards from
+            r, the first one found)."""
+            wanted = (r["model"], key)
+            for j in reversed(range(i)):
+                if wanted in keys_of[j]:
+                    return reqs[j]
+            return None
 
         blocks, tokens_per_block = measured_blocks(r)
         fingerprinted = bool(blocks)
@@ -132,15 +146,21 @@ def request_metrics(records: Iterable[Record], window_s: float) -> dict[int, Rec
             deepest = blocks[run - 1]
             q = most_recent(deepest)
             assert q is not None
+            gap_us = r["ts_us"] - q["ts_us"]
             on_replica = r["replica"] is not None and any(
-                p["model"] == r["model"]
-                and deepest in carried(p)
+                (r["model"], deepest) in keys_of[j]
                 and p["replica"] == r["replica"]
                 and r["ts_us"] - p["ts_us"] <= w_us
-                for p in earlier
+                for j, p in enumerate(earlier)
             )
-            if q["ttft_ms"] is not None and r["ts_us"] - q["ts_us"] < q["ttft_ms"] * 1000.0:
+            minimum = r["min_prompt_tokens"] or 0
+            ttl_s = r["ttl_s"]
+            if prompt < minimum:
+                cause = "below_minimum"  # the provider caches no prompt this short
+            elif q["ttft_ms"] is not None and gap_us < q["ttft_ms"] * 1000.0:
                 cause = "concurrent"
+            elif ttl_s is not None and gap_us > ttl_s * 1e6:
+                cause = "expiry"  # the provider let it expire
             elif r["replica"] is not None and not on_replica:
                 cause = "routing"
             elif r["replica"] is not None and on_replica:

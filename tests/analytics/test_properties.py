@@ -1,6 +1,7 @@
 """Property tests: the vectorized code against the naive reference on random
 small traffic (few models, replicas and sessions, tiny hash alphabets so reuse
-happens, ts ties, null ttft and replica, prefix-hash requests)."""
+happens, ts ties, null ttft and replica, prefix-hash requests, caching profiles
+with random minimums and TTLs on either side of W and of the gaps)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
 from service.analytics import (
@@ -22,10 +23,17 @@ from service.analytics import (
     plan_recompute,
 )
 from service.analytics import sessions as sessions_module
+from service.analytics.definitions import CAUSES
 from tests.analytics.reference import Record, lru_hit_rate, record, request_metrics, to_frame
 
 S = 1_000_000
 WINDOWS = st.sampled_from([0.0, 1.0, 2.5, 4.0, 3600.0, math.inf])
+#: Profile minimums against prompts of 0..3000 tokens (None and 0: no minimum).
+#: Half the records have none, so that the later causes stay common.
+MINIMUMS = st.one_of(st.none(), st.sampled_from([0, 100, 1024, 2500]))
+#: TTLs below, at and above the gaps (multiples of 0.3 s and 1 s) and the windows;
+#: 0.2999995 s is not a whole microsecond (a gap of 0.3 s is more than it).
+TTLS = st.one_of(st.none(), st.sampled_from([0.0, 0.2999995, 0.3, 0.7, 1.0, 2.0, 3.7, 5.0, 3600.0]))
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -61,12 +69,26 @@ def traffic(draw: st.DrawFn, max_size: int = 24, min_size: int = 1) -> list[Reco
             if hashes is not None
             else None,
             "block_hashes": hashes,
+            "min_prompt_tokens": draw(MINIMUMS),
+            "ttl_s": draw(TTLS),
         }
         if shape in ("prefix", "both"):
             fields["prefix_key"] = draw(st.integers(0, 3))
             fields["prefix_tokens"] = draw(st.sampled_from([None, 0, 200, 900]))
         out.append(record(**fields))
     return out
+
+
+@pytest.mark.parametrize("cause", CAUSES)
+def test_traffic_reaches_every_cause(cause: str) -> None:
+    """The comparisons below cover each cause: random traffic finds every one."""
+
+    def has_cause(drawn: tuple[list[Record], float]) -> bool:
+        records, window_s = drawn
+        return any(v["rewarm_cause"] == cause for v in request_metrics(records, window_s).values())
+
+    once = settings(max_examples=500, database=None, phases=[Phase.generate])  # no shrinking
+    find(st.tuples(traffic(), WINDOWS), has_cause, settings=once)
 
 
 def _by_id(results: pl.DataFrame) -> dict[int, dict[str, Any]]:

@@ -205,6 +205,107 @@ def test_cause_replica_history_must_be_within_w() -> None:
     assert _cause(records, 3) == "routing"
 
 
+# --- rewarm causes with a caching profile (contract sections 4 and 4a) ---------------
+#
+# Each record carries its profile as the caller resolves it: `min_prompt_tokens`
+# and `ttl_s`. Request 1 warms blocks 1, 2 (200 tokens) on r1 with no ttft, so
+# without a profile a later miss on r1 is `eviction`: each case below changes one
+# thing and shows which cause takes over.
+
+
+def warm(**fields: Any) -> Record:
+    return blocks(1, 1, 2, t=0, replica="r1", **fields)
+
+
+def test_cause_below_minimum() -> None:
+    # 200 tokens, below a minimum of 201: the provider caches none of it.
+    assert _cause([warm(), blocks(2, 1, 2, t=10, replica="r1", min_prompt_tokens=201)], 2) == (
+        "below_minimum"
+    )
+    # At the minimum it is cached, so the miss is the replica's.
+    assert _cause([warm(), blocks(2, 1, 2, t=10, replica="r1", min_prompt_tokens=200)], 2) == (
+        "eviction"
+    )
+    for none in (None, 0):  # no minimum
+        miss = blocks(2, 1, 2, t=10, replica="r1", min_prompt_tokens=none)
+        assert _cause([warm(), miss], 2) == "eviction"
+    # Only r's own prompt and minimum count, not the earlier request's.
+    short_warm = warm(min_prompt_tokens=10_000)
+    assert _cause([short_warm, blocks(2, 1, 2, t=10, replica="r1")], 2) == "eviction"
+
+
+def test_cause_expiry_is_strictly_more_than_the_ttl() -> None:
+    def miss(t: float, ttl_s: float | None) -> Record:
+        return blocks(2, 1, 2, t=t, replica="r1", ttl_s=ttl_s)
+
+    assert _cause([warm(), miss(300.000001, 300.0)], 2) == "expiry"  # 1 us more
+    assert _cause([warm(), miss(300, 300.0)], 2) == "eviction"  # exactly the TTL: not more
+    assert _cause([warm(), miss(3000, None)], 2) == "eviction"  # no TTL
+    # A TTL that is not a whole number of microseconds: 0.3 s is more than it.
+    assert _cause([warm(), miss(0.3, 0.2999995)], 2) == "expiry"
+    assert _cause([warm(), miss(0.3, 0.3)], 2) == "eviction"
+    # A TTL longer than W never expires a seen block (seen: at most W old).
+    assert _cause([warm(), miss(W, 2 * W)], 2) == "eviction"
+    # r's TTL counts, not the earlier request's.
+    assert _cause([warm(ttl_s=1.0), miss(10, None)], 2) == "eviction"
+
+
+def test_cause_expiry_looks_at_the_most_recent_carrier_of_the_deepest_block() -> None:
+    records = [
+        blocks(1, 1, 2, 3, t=0, replica="r1"),
+        blocks(2, 1, 2, t=250, replica="r1"),  # refreshes blocks 1, 2, not 3
+        blocks(3, 1, 2, 3, t=400, replica="r1", ttl_s=300.0),  # block 3: 400 s old
+        blocks(4, 1, 2, t=500, replica="r1", ttl_s=300.0),  # block 2: 250 s old
+    ]
+    assert _cause(records, 3) == "expiry"
+    assert _cause(records, 4) == "eviction"
+    # The carrier on another replica refreshes it too (the provider's cache is one).
+    other = [blocks(1, 1, 2, t=0, replica="r1"), blocks(2, 1, 2, t=250, replica="r2")]
+    assert _cause([*other, blocks(3, 1, 2, t=400, replica="r1", ttl_s=300.0)], 3) == "eviction"
+
+
+def test_below_minimum_comes_before_concurrent() -> None:
+    in_prefill = warm(ttft_ms=5000.0)  # r comes 1 s later: still in prefill
+    assert _cause([in_prefill, blocks(2, 1, 2, t=1, replica="r1")], 2) == "concurrent"
+    short = blocks(2, 1, 2, t=1, replica="r1", min_prompt_tokens=1024)
+    assert _cause([in_prefill, short], 2) == "below_minimum"
+
+
+def test_concurrent_comes_before_expiry() -> None:
+    expired = blocks(2, 1, 2, t=2, replica="r1", ttl_s=1.0)  # 2 s > 1 s
+    assert _cause([warm(), expired], 2) == "expiry"
+    assert _cause([warm(ttft_ms=5000.0), expired], 2) == "concurrent"
+
+
+def test_below_minimum_comes_before_expiry() -> None:
+    both = blocks(2, 1, 2, t=400, replica="r1", ttl_s=300.0, min_prompt_tokens=1024)
+    assert _cause([warm(), both], 2) == "below_minimum"
+
+
+def test_expiry_comes_before_routing_eviction_and_unknown() -> None:
+    def miss(replica: str | None, ttl_s: float | None) -> Record:
+        return blocks(2, 1, 2, t=400, replica=replica, ttl_s=ttl_s)
+
+    # Warmed only on r1, asked on r2: routing without a TTL, expiry with one.
+    assert _cause([warm(), miss("r2", None)], 2) == "routing"
+    assert _cause([warm(), miss("r2", 300.0)], 2) == "expiry"
+    assert _cause([warm(), miss("r1", 300.0)], 2) == "expiry"  # not eviction
+    assert _cause([warm(), miss(None, 300.0)], 2) == "expiry"  # not unknown
+    assert _cause([warm(), miss(None, 500.0)], 2) == "unknown"  # 400 s: within the TTL
+
+
+def test_profile_columns_change_causes_only() -> None:
+    """A profile never changes which requests are rewarms, nor their tokens."""
+    plain = [warm(), blocks(2, 1, 2, t=400, replica="r2"), blocks(3, 1, t=401, replica="r2")]
+    profiled = [{**r, "min_prompt_tokens": 1024, "ttl_s": 300.0} for r in plain]
+    a, b = run(plain), run(profiled)
+    for i in (1, 2, 3):
+        assert {k: v for k, v in a[i].items() if k != "rewarm_cause"} == {
+            k: v for k, v in b[i].items() if k != "rewarm_cause"
+        }
+    assert [b[i]["rewarm_cause"] for i in (1, 2, 3)] == [None, "below_minimum", None]
+
+
 # --- history rewrite ---------------------------------------------------------------
 
 

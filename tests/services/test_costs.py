@@ -73,6 +73,32 @@ def test_spend_and_waste_equal_a_hand_computation(session: Session, priced: Sett
     assert alone["wasted_usd_by_cause"] == dict.fromkeys(CAUSES)
 
 
+def test_the_models_file_gives_the_profile_causes(
+    tmp_path: Path, settings: Settings, session: Session
+) -> None:
+    """The pass reads each record's minimum and TTL from its profile: a prefix
+    unused for ten minutes under a 300 s TTL expired; a 900-token prompt under a
+    1,024-token minimum is never cached."""
+    path = tmp_path / "models.toml"
+    path.write_text(MODELS_FILE + "ttl_s = 300\nmin_prompt_tokens = 1024\n")
+    store(
+        session,
+        [
+            rec("cold", T0, BLOCKS, prompt_tokens=2000, model="claude-x"),
+            rec("expired", T0 + 600, BLOCKS, prompt_tokens=2000, model="claude-x"),
+            rec("short", T0 + 610, BLOCKS[:9], prompt_tokens=900, model="claude-x"),
+        ],
+    )
+    catch_up(session, settings.model_copy(update={"models_file": path}))
+    totals = _answer(session)
+    assert totals["rewarms"] == {**dict.fromkeys(CAUSES, 0), "total": 2, "expiry": 1,
+                                 "below_minimum": 1}  # fmt: skip
+    assert totals["wasted_usd_by_cause"]["expiry"] == pytest.approx(2000 * (INPUT - CACHED) / 1e6)
+    assert totals["wasted_usd_by_cause"]["below_minimum"] == pytest.approx(
+        900 * (INPUT - CACHED) / 1e6
+    )
+
+
 def test_cache_writes_are_billed_at_the_write_price(session: Session, priced: Settings) -> None:
     store(
         session,
