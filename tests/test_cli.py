@@ -114,8 +114,7 @@ def test_detect_prints_what_each_regression_costs_a_day(tmp_path: Path) -> None:
     from service.db import make_engine, make_sessionmaker
     from service.services.regressions import regression_to_json
     from service.settings import Settings
-    from tests.services.test_costs import MODELS_FILE, _drop_traffic
-    from tests.services.traffic import store
+    from tests.services.traffic import MODELS_FILE, drop_traffic, store
 
     models = tmp_path / "models.toml"
     models.write_text(MODELS_FILE, encoding="utf-8")
@@ -126,7 +125,7 @@ def test_detect_prints_what_each_regression_costs_a_day(tmp_path: Path) -> None:
     try:
         subprocess.run([*cli, "migrate"], env=env, cwd=PROJECT_ROOT, check=True)
         with make_sessionmaker(engine).begin() as session:
-            store(session, _drop_traffic())
+            store(session, drop_traffic())
         priced = {**env, "CACHEWATCH_MODELS_FILE": str(models)}
         out = subprocess.run(
             [*cli, "detect"], env=priced, cwd=PROJECT_ROOT, capture_output=True, text=True

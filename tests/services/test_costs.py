@@ -19,18 +19,17 @@ from service.services.analytics_pass import catch_up
 from service.services.detection import detect
 from service.services.metrics import HOUR_S, MetricsQuery, metrics
 from service.settings import Settings
-from tests.services.traffic import T0, rec, store
-
-INPUT, CACHED, WRITE = 3.00, 0.30, 3.75
-MODELS_FILE = f"""
-[[model]]
-match = "claude-*"
-provider = "anthropic"
-input_usd_per_mtok = {INPUT}
-cached_usd_per_mtok = {CACHED}
-write_usd_per_mtok = {WRITE}
-"""
-BLOCKS = list(range(1, 21))  # 20 blocks of 100 tokens
+from tests.services.traffic import (
+    BLOCKS,
+    CACHED,
+    INPUT,
+    MODELS_FILE,
+    T0,
+    WRITE,
+    drop_traffic,
+    rec,
+    store,
+)
 
 
 @pytest.fixture
@@ -126,20 +125,8 @@ def test_without_a_models_file_self_hosted_traffic_has_no_prices(
     assert _answer(session)["spend_usd"] is None
 
 
-def _drop_traffic() -> list[dict[str, Any]]:
-    """Two hours of a warm prefix (95% cached), then two hours where it is lost."""
-    records = []
-    for i in range(240):
-        after = i >= 120
-        records.append(
-            rec(f"r{i}", T0 + i * 60, [i % 2 * 1000 + b for b in BLOCKS] if after else BLOCKS,
-                prompt_tokens=2000, cached_tokens=0 if after else 1900, model="claude-x")
-        )  # fmt: skip
-    return records
-
-
 def test_a_regression_costs_its_extra_dollars_a_day(session: Session, priced: Settings) -> None:
-    store(session, _drop_traffic())
+    store(session, drop_traffic())
     catch_up(session, priced)
     report = detect(session, priced)
     assert len(report.created) == 1
@@ -159,7 +146,7 @@ def test_a_regression_costs_its_extra_dollars_a_day(session: Session, priced: Se
 
 
 def test_a_regression_without_prices_has_no_cost(session: Session, settings: Settings) -> None:
-    store(session, _drop_traffic())
+    store(session, drop_traffic())
     catch_up(session, settings)
     report = detect(session, settings)
     assert len(report.created) == 1 and report.created[0].cost is None
