@@ -51,6 +51,7 @@ import orjson  # noqa: E402
 import polars as pl  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
+from service.analytics.definitions import CAUSES  # noqa: E402
 from service.server_process import free_port, start_server, stop_server  # noqa: E402
 
 DAY_US = 86_400 * 1_000_000
@@ -110,7 +111,7 @@ def day_zero_rollups(per_day: int, grain_s: int, seed: int = 1) -> pl.DataFrame:
     cacheable = np.maximum((prompt * cacheable_frac).astype(np.int64), cached)
     rewarm_tokens = ((cacheable - cached) * 0.6).astype(np.int64)
     rewarms = (requests * (1 - hit) * 0.5).astype(np.int64)
-    split = np.array([0.2, 0.4, 0.35, 0.05])
+    split = np.array([0.05, 0.2, 0.1, 0.3, 0.3, 0.05])  # per cause, in CAUSES order
     frame: dict[str, Any] = {
         "grain_s": np.full(n, grain_s, np.int32),
         "bucket_us": START_US + b_idx.astype(np.int64) * grain_s * 1_000_000,
@@ -133,9 +134,19 @@ def day_zero_rollups(per_day: int, grain_s: int, seed: int = 1) -> pl.DataFrame:
         "hits": (requests * hit).astype(np.int64),
         "misses": requests - (requests * hit).astype(np.int64),
     }
-    for i, cause in enumerate(("concurrent", "routing", "eviction", "unknown")):
+    # Priced at Anthropic-style list prices (3.00 / 0.30 / 3.75 per million), so the
+    # cost panel and the headline's dollars are drawn at their worst case.
+    uncached = prompt - cached
+    written = (uncached * 0.2).astype(np.int64)
+    frame["cache_write_tokens"] = written
+    frame["priced_requests"] = requests
+    frame["spend_usd"] = ((uncached - written) * 3.0 + cached * 0.3 + written * 3.75) / 1e6
+    wasted = rewarm_tokens * (3.0 - 0.3) / 1e6
+    frame["wasted_usd"] = wasted
+    for i, cause in enumerate(CAUSES):
         frame[f"rewarms_{cause}"] = (rewarms * split[i]).astype(np.int64)
         frame[f"rewarm_tokens_{cause}"] = (rewarm_tokens * split[i]).astype(np.int64)
+        frame[f"wasted_usd_{cause}"] = wasted * split[i]
     out = pl.DataFrame(frame)
     return out.with_columns(
         pl.Series("ttft_hit", _ttft_blobs(n, rng, 220.0), pl.Binary),

@@ -8,16 +8,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import plotly.graph_objects as go
 from sqlalchemy.orm import Session
 
-from dashboards import figures
+from dashboards import costs, figures
 from dashboards.budget import parse_budget
 from dashboards.cache import ReplayCache
 from dashboards.capacity_figure import Budget, capacity_figure
 from dashboards.filters import RawFilters, View, format_duration, resolve
 from dashboards.markers import Markers, markers_from
-from service.analytics.definitions import REWARM_COLUMNS, ratios
-from service.models import Regression
+from service.analytics.definitions import REWARM_COLUMNS, dollars, ratios
 from service.rfc3339 import us_to_rfc3339
 from service.services import dashboard
 from service.services.events import event_to_json
@@ -61,11 +61,14 @@ def context(session: Session, raw: RawFilters, now_us: int) -> Context:
 
 
 def headline_values(sums: dict[str, float]) -> dict[str, Any]:
-    """The headline numbers from range sums, with the contract's definitions."""
+    """The headline numbers from range sums, with the contract's definitions
+    (dollars None without prices)."""
     return {
         "requests": sums["requests"],
         **ratios(sums, ("hit_rate", "cacheable_fraction", "capture_ratio")),
         "rewarms": sum(sums[c] for c in REWARM_COLUMNS),
+        "spend_usd": dollars(sums["spend_usd"], int(sums["priced_requests"])),
+        "wasted_usd": dollars(sums["wasted_usd"], int(sums["priced_requests"])),
     }
 
 
@@ -87,11 +90,13 @@ def view_json(ctx: Context) -> dict[str, Any]:
     }
 
 
-def series_notes(buckets: Sequence[dict[str, Any]]) -> dict[str, str | None]:
+def series_notes(
+    buckets: Sequence[dict[str, Any]], prices: dashboard.Prices
+) -> dict[str, str | None]:
     """Per panel, what is missing and what to send to get it (None: nothing)."""
     if not any(b["requests"] for b in buckets):
         nothing = "No usage records for these filters in this range."
-        return dict.fromkeys(("hit_rate", "rewarms", "ttft", "replicas"), nothing)
+        return dict.fromkeys(("hit_rate", "rewarms", "ttft", "replicas", "cost"), nothing)
     fingerprinted = any(b["fingerprinted_requests"] for b in buckets)
     has_ttft = any(b["ttft_ms"][o]["p50"] is not None for b in buckets for o in ("hit", "miss"))
     total = sum(b["rewarms"]["total"] for b in buckets)
@@ -115,6 +120,7 @@ def series_notes(buckets: Sequence[dict[str, Any]]) -> dict[str, str | None]:
             else "Send `replica` (the pod or endpoint that served the request) to see "
             "replicas serving."
         ),
+        "cost": costs.prices_note(prices),
     }
 
 
@@ -128,7 +134,7 @@ def markers(reading: dashboard.SeriesReading, view: View) -> Markers:
 
 
 def series_payload(session: Session, ctx: Context) -> dict[str, Any]:
-    """Headline and the four time-series figures."""
+    """Headline and the five time-series figures."""
     view = ctx.view
     reading = dashboard.read_series(session, ctx.selection, ctx.window, MAX_EVENTS)
     read = reading.answer
@@ -138,19 +144,29 @@ def series_payload(session: Session, ctx: Context) -> dict[str, Any]:
     current = headline_values(reading.current)
     previous = headline_values(reading.previous)
     marks = markers(reading, view)
-    built = {
+    # Without a priced bucket the cost panel is its note alone, not an empty chart.
+    priced = any(b.get("spend_usd") is not None for b in buckets)
+    built: dict[str, go.Figure | None] = {
         "hit_rate": figures.hit_rate_figure(answer, marks),
         "rewarms": figures.rewarms_figure(answer, marks),
         "ttft": figures.ttft_figure(answer, marks),
         "replicas": figures.replicas_figure(answer, marks),
+        "cost": figures.cost_figure(answer, marks) if priced else None,
     }
     return {
         "view": view_json(ctx),
         "grain_s": grain,
         "points": len(buckets),
-        "headline": {"current": current, "previous": previous},
-        "figures": {name: figure.to_plotly_json() for name, figure in built.items()},
-        "notes": series_notes(buckets),
+        "headline": {
+            "current": current,
+            "previous": previous,
+            "wasted": costs.wasted_card(current, previous),
+        },
+        "figures": {
+            name: figure.to_plotly_json() if figure is not None else None
+            for name, figure in built.items()
+        },
+        "notes": series_notes(buckets, reading.prices),
         "events": len(marks.events),
         "regressions": len(marks.spans),
     }
@@ -234,8 +250,8 @@ def _attribution_text(attributed: dict[str, Any] | None) -> str:
     return f"{what} at {attributed.get('ts')} ({attributed.get('source')}{lag_text})"
 
 
-def regression_row(regression: Regression, alert_state: str) -> dict[str, Any]:
-    data = regression_to_json(regression)
+def regression_row(data: dict[str, Any], alert_state: str) -> dict[str, Any]:
+    """One row of the regressions table from a regression's contract JSON."""
     before, after = data["before"] or {}, data["after"] or {}
     return {
         "id": data["id"],
@@ -248,6 +264,7 @@ def regression_row(regression: Regression, alert_state: str) -> dict[str, Any]:
         "hit_rate_after": after.get("hit_rate"),
         "cacheable_before": before.get("cacheable_fraction"),
         "cacheable_after": after.get("cacheable_fraction"),
+        "cost": costs.cost_cell(data),
         "attribution": _attribution_text(data["attributed_to"]),
         "cause": data["cause"],
         "evidence": [str(line) for line in data["evidence"] or []],
@@ -296,7 +313,8 @@ def tables_payload(session: Session, settings: Settings, ctx: Context) -> dict[s
     regressions, prefixes = reading.regressions, reading.prefixes
     return {
         "regressions": [
-            regression_row(r, alert_text(reading.alert_states.get(r.id, []))) for r in regressions
+            regression_row(regression_to_json(r), alert_text(reading.alert_states.get(r.id, [])))
+            for r in regressions
         ],
         "prefixes": [prefix_row(p) for p in prefixes],
         "notes": {

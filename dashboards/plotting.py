@@ -18,17 +18,22 @@ import plotly.graph_objects as go
 HIT = "#1f5fbf"
 CEILING = "#7aa6e8"
 CAUSE_COLORS = {
+    "below_minimum": "#c9a227",
     "concurrent": "#d9822b",
+    "expiry": "#17a589",
     "routing": "#8e44ad",
     "eviction": "#c0392b",
     "unknown": "#95a5a6",
 }
 CAUSE_NAMES = {
+    "below_minimum": "below the caching minimum",
     "concurrent": "cold fan-out",
+    "expiry": "expired (TTL)",
     "routing": "routing",
     "eviction": "eviction",
     "unknown": "unknown",
 }
+SPEND = "#343a40"
 EVENT_COLORS = {"deploy": "#6f42c1", "replicas": "#0d6efd", "config": "#e67e22", "note": "#6c757d"}
 OTHER_EVENT = "#6c757d"
 HOVER_CHARS = 300

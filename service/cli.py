@@ -6,6 +6,7 @@ from typing import Annotated, Any
 import typer
 
 from service.alerts.cli import app as alerts_app
+from service.alerts.wording import cost_phrase, pct
 from service.db import make_engine, make_sessionmaker
 from service.fingerprint.cli import app as diff_app
 from service.settings import Settings, get_settings
@@ -93,15 +94,23 @@ def detect(
         typer.echo(orjson.dumps(changed, option=orjson.OPT_INDENT_2).decode())
         return
     for r in changed:
-        attribution = r["attributed_to"]
-        typer.echo(
-            f"#{r['id']} {r['service']}/{r['model']} at {r['change_ts']}: hit rate "
-            f"{r['before']['hit_rate']:.0%} -> {r['after']['hit_rate']:.0%}, cause {r['cause']}, "
-            + (_describe_attribution(attribution) if attribution else "no change event nearby")
-            + f" [{r['status']}]"
-        )
+        typer.echo(regression_line(r))
     if not changed:
         typer.echo("no regressions", err=True)
+
+
+def regression_line(r: dict[str, Any]) -> str:
+    """One line of `detect`'s output for a regression (contract JSON), with what it
+    costs a day when its model has prices."""
+    attribution = r["attributed_to"]
+    cost = cost_phrase(r)
+    return (
+        f"#{r['id']} {r['service']}/{r['model']} at {r['change_ts']}: hit rate "
+        f"{pct(r['before']['hit_rate'])} -> {pct(r['after']['hit_rate'])}, cause {r['cause']}, "
+        + (_describe_attribution(attribution) if attribution else "no change event nearby")
+        + (f", {cost}" if cost else "")
+        + f" [{r['status']}]"
+    )
 
 
 @app.command()

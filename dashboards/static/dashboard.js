@@ -9,7 +9,7 @@
   const refreshMs = Math.max(15, Number(body.dataset.refreshS || 60)) * 1000;
   const live = body.dataset.live === "true";
   const plotConfig = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
-  const timePanels = ["hit_rate", "rewarms", "ttft", "replicas"];
+  const timePanels = ["hit_rate", "cost", "rewarms", "ttft", "replicas"];
   let syncing = false;
   // This script runs before plotly.js is parsed (see the template): the data
   // requests go out while the browser compiles plotly; drawing waits for both.
@@ -100,8 +100,20 @@
     }
     if (!update) return;
     syncing = true;
-    const others = timePanels.filter((n) => n !== source).map((n) => Plotly.relayout(figureDiv(n), update));
+    // A panel drawn empty (the cost panel without prices) has no axes to move.
+    const others = timePanels
+      .filter((n) => n !== source && figureDiv(n).data)
+      .map((n) => Plotly.relayout(figureDiv(n), update));
     Promise.all(others).finally(() => { syncing = false; });
+  }
+
+  // Dollars come worded by the server (service/alerts/money.py), as in Slack and the CLI.
+  function wastedCard(wasted) {
+    const card = document.getElementById("hl-wasted");
+    card.querySelector(".value").textContent = wasted.value;
+    const delta = card.querySelector(".delta");
+    delta.textContent = wasted.delta;
+    delta.className = "delta " + wasted.trend;
   }
 
   function headline(current, previous) {
@@ -148,6 +160,7 @@
     const { data } = await getJSON("/dashboard/data/series");
     viewLine(data.view, data);
     headline(data.headline.current, data.headline.previous);
+    wastedCard(data.headline.wasted);
     const drawing = [];
     for (const name of timePanels) {
       setNote(name, data.notes[name]);
@@ -197,6 +210,7 @@
       cell(tr, r.status + (r.resolved_at ? " " + r.resolved_at.replace("T", " ").replace("Z", "") : ""), "status-" + r.status);
       cell(tr, pct(r.hit_rate_before) + " → " + pct(r.hit_rate_after));
       cell(tr, pct(r.cacheable_before) + " → " + pct(r.cacheable_after));
+      cell(tr, r.cost, "num cost");
       cell(tr, r.attribution);
       cell(tr, r.cause, "cause");
       // The first lines say the most; the rest folds away.

@@ -24,6 +24,8 @@ from service.alerts.wording import (
     attribution_line,
     cause_label,
     cause_sentence,
+    cost_line,
+    cost_phrase,
     duration,
     evidence_line,
     parse_time,
@@ -135,6 +137,9 @@ def opened_message(regression: Mapping[str, Any], public_url: str) -> SlackMessa
     url = dashboard_url(public_url, regression)
     since = when(str(regression["change_ts"]))
     change = f"*Since* {since}\n*Change:* {attribution_line(regression)}"
+    cost = cost_line(regression)
+    if cost:
+        change += f"\n*Cost:* the drop {cost}"
     resolution = _resolution(regression)
     if resolution:
         change += f"\n*Already resolved:* {resolution}"
@@ -158,9 +163,12 @@ def opened_message(regression: Mapping[str, Any], public_url: str) -> SlackMessa
         )
     )
     blocks.append(_footer(regression))
+    phrase = cost_phrase(regression)
     text = (
         f"Cache regression: {code(name)} hit rate {before} → {after} since {since}; "
-        f"likely cause: {cause_label(regression)}. {link(url, 'Dashboard')}"
+        f"likely cause: {cause_label(regression)}"
+        + (f"; it {phrase}" if phrase else "")
+        + f". {link(url, 'Dashboard')}"
     )
     return SlackMessage(text=text, blocks=tuple(blocks))
 
@@ -217,10 +225,11 @@ def _digest_entry(kind: Kind, regression: Mapping[str, Any], public_url: str) ->
             f"*Resolved* {name}: the drop from {before} to {after} since {since} "
             f"{_resolution(regression) or 'recovered'}. {dashboard}"
         )
-    resolution = _resolution(regression)
+    resolution, phrase = _resolution(regression), cost_phrase(regression)
     return (
         f"*Regression* {name}: hit rate {before} → {after} since {since}"
         + (f" ({resolution})" if resolution else "")
+        + (f"\n*Cost:* the drop {phrase}" if phrase else "")
         + f"\n*Cause:* {cause_sentence(regression)}"
         + f"\n*Change:* {attribution_line(regression)}\n{dashboard}"
     )

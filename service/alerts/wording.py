@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from service.alerts.money import usd, usd_per_day
 from service.alerts.mrkdwn import code, plain
 
 CAUSE_LABELS: dict[str, str] = {
@@ -15,6 +16,8 @@ CAUSE_LABELS: dict[str, str] = {
     "history_rewrite": "conversation history is rewritten",
     "routing": "requests miss the replica that holds their prefix",
     "eviction": "prefixes are evicted before reuse",
+    "expiry": "the provider's cache TTL expired between uses",
+    "below_minimum": "prompts shorter than the provider's caching minimum",
     "cold_fanout": "parallel requests on a cold prefix",
     "unknown": "unknown",
 }
@@ -24,6 +27,44 @@ def pct(value: object) -> str:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return "n/a"
     return f"{value:.0%}"
+
+
+_COST_KEYS = ("extra_usd_per_day", "usd_per_day_before", "usd_per_day_after")
+
+
+def _cost(regression: Mapping[str, Any]) -> tuple[float, ...] | None:
+    """(extra, before, after) dollars a day of the regression's `cost` (contract
+    section 5), None when it has none (no prices) or not in the contract's shape."""
+    cost = regression.get("cost")
+    if not isinstance(cost, Mapping):
+        return None
+    try:
+        return tuple(float(cost[key]) for key in _COST_KEYS)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def cost_phrase(regression: Mapping[str, Any]) -> str | None:
+    """`costs about $1,240 a day more` (or `less`), from the regression's `cost`;
+    None without prices: then nothing is said about money."""
+    numbers = _cost(regression)
+    if numbers is None:
+        return None
+    extra = numbers[0]
+    return f"costs about {usd(abs(extra))} a day {'less' if extra < 0 else 'more'}"
+
+
+def cost_line(regression: Mapping[str, Any]) -> str | None:
+    """The cost phrase and its two sides: `costs about $1,240 a day more: $1,651/day,
+    against $410/day at the cost per prompt token before`; None without prices."""
+    numbers, phrase = _cost(regression), cost_phrase(regression)
+    if numbers is None or phrase is None:
+        return None
+    _, before, after = numbers
+    return (
+        f"{phrase}: {usd_per_day(after)}, against {usd_per_day(before)} at the cost "
+        "per prompt token before"
+    )
 
 
 def duration(seconds: float) -> str:
@@ -152,6 +193,20 @@ def cause_sentence(regression: Mapping[str, Any]) -> str:
         return (
             f"Prefixes are evicted before they are reused{after}: "
             "a smaller KV cache budget, a shorter TTL or more traffic per replica?"
+        )
+    if cause == "expiry":
+        return (
+            f"The provider's cache expired between uses{after}: requests sharing a "
+            "prefix now come further apart than its TTL (a few minutes by default), so "
+            "each one computes the prefix again: ask for a longer TTL (Anthropic "
+            '`"ttl": "1h"`, OpenAI `prompt_cache_retention: "24h"`) or keep it warm?'
+        )
+    if cause == "below_minimum":
+        return (
+            f"Prompts fell below the provider's caching minimum{after}, and the "
+            "provider caches nothing of a prompt that short (1,024 tokens on many "
+            "models): did the shared start get shorter, with fewer tools or a trimmed "
+            "system prompt?"
         )
     if cause == "cold_fanout":
         return (

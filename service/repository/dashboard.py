@@ -1,9 +1,10 @@
 """The dashboard's reads beyond the series path (`repository.series`): top prefixes,
-the events and alert states it marks, the capacity sample and the versions that key
-its cached answers. Each is one indexed query over the rollups or the small tables
-(or a bounded one over the records). Callers pass a session and say which rows to
-read: how a range is split into rollup grains is the service's decision
-(`service.services.dashboard`), so a segment arrives planned. Nothing here writes."""
+the models without prices, the events and alert states it marks, the capacity
+sample and the versions that key its cached answers. Each is one indexed query
+over the rollups or the small tables (or a bounded one over the records). Callers
+pass a session and say which rows to read: how a range is split into rollup grains
+is the service's decision (`service.services.dashboard`), so a segment arrives
+planned. Nothing here writes."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from service.models import Alert, ChangeEvent, Regression
 from service.repository.analytics import PREFIX_TABLE
-from service.repository.series import PREFIX_SUMS, Segment
+from service.repository.series import CHART_TABLE, PREFIX_SUMS, Segment
 from service.repository.usage import USAGE_TABLE
 
 
@@ -73,6 +74,44 @@ def top_prefixes(
     )
     names = (*keys, *PREFIX_SUMS, "replicas")
     return [dict(zip(names, row, strict=True)) for row in session.execute(query).all()]
+
+
+@dataclass(frozen=True)
+class PricedCount:
+    """A model's requests over a range, and how many of them had prices."""
+
+    requests: int
+    priced_requests: int
+
+
+def priced_by_model(
+    session: Session, service: str | None, model: str | None, segments: Sequence[Segment]
+) -> dict[str, PricedCount]:
+    """Per model with requests in the segments, its requests and priced requests,
+    from the chart rows of one service (level 0) or of all services (level 2); only
+    `model` when one is given. One grouped query per segment."""
+    c = CHART_TABLE.c
+    level = 0 if service is not None else 2
+    counts: dict[str, PricedCount] = {}
+    for segment in segments:
+        query = (
+            select(c.model, func.sum(c.requests), func.sum(c.priced_requests))
+            .where(
+                c.grain_s == segment.grain_s,
+                c.level == level,
+                c.service == (service or ""),
+                c.bucket_us >= segment.from_us,
+                c.bucket_us < segment.to_us,
+                *([c.model == model] if model is not None else []),
+            )
+            .group_by(c.model)
+        )
+        for name, requests, priced in session.execute(query).all():
+            seen = counts.get(name, PricedCount(0, 0))
+            counts[name] = PricedCount(
+                seen.requests + int(requests or 0), seen.priced_requests + int(priced or 0)
+            )
+    return {name: count for name, count in counts.items() if count.requests}
 
 
 def _events(

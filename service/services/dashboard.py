@@ -1,8 +1,8 @@
 """What the dashboard reads (`dashboards/` draws it): which services and models the
 filters select, and per data request the numbers behind its panels: the time
-series and headline sums, the events and regressions marked on them, the tables,
-the capacity sample and its replay. Everything here reads; the read routes catch
-the rollups up first (`service.services.freshness`).
+series and headline sums, the models without prices, the events and regressions
+marked on them, the tables, the capacity sample and its replay. Everything here
+reads; the read routes catch the rollups up first (`service.services.freshness`).
 
 Why a service: the page's panels read the same rollups as `/v1/metrics`, and must
 agree with it. The time series come from the one series path
@@ -43,6 +43,9 @@ TOTAL_COLUMNS = (
     "cacheable_tokens",
     "rewarm_tokens",
     *REWARM_COLUMNS,
+    "priced_requests",
+    "spend_usd",
+    "wasted_usd",
 )
 
 
@@ -159,6 +162,29 @@ def top_prefixes(session: Session, scope: Scope, limit: int) -> list[dict[str, A
     return dashboard_repo.top_prefixes(session, scope.rows, scope.prefix_segments(), limit)
 
 
+@dataclass(frozen=True)
+class Prices:
+    """The models in range without prices (no request priced) and those with only
+    some requests priced, sorted: what the dollar figures leave out."""
+
+    unpriced: tuple[str, ...]
+    partly_priced: tuple[str, ...]
+
+
+def price_coverage(session: Session, scope: Scope) -> Prices:
+    """Which models of the range lack prices, from the chart rows' request and
+    priced-request sums (the rows of the selected service, or of all)."""
+    if not scope.services:
+        return Prices((), ())
+    counts = dashboard_repo.priced_by_model(
+        session, only_service(scope.services), scope.model, scope.chart_segments()
+    )
+    return Prices(
+        tuple(sorted(m for m, c in counts.items() if not c.priced_requests)),
+        tuple(sorted(m for m, c in counts.items() if 0 < c.priced_requests < c.requests)),
+    )
+
+
 def busiest_model(session: Session, scope: Scope) -> str | None:
     """The model with the most prompt tokens in the range (the selected one, if it
     has any); ties go to the first name."""
@@ -194,12 +220,13 @@ def config_events_before(
 @dataclass(frozen=True)
 class SeriesReading:
     """What the series request draws: the buckets (None: no service has data for
-    the filters), the headline sums of the range and of the one before, and the
-    events and regressions to mark."""
+    the filters), the headline sums of the range and of the one before, the models
+    of the range without prices, and the events and regressions to mark."""
 
     answer: SeriesAnswer | None
     current: dict[str, float]
     previous: dict[str, float]
+    prices: Prices
     events: Sequence[ChangeEvent]
     regressions: list[Regression]
 
@@ -221,6 +248,7 @@ def read_series(
         answer,
         range_totals(session, current),
         range_totals(session, previous),
+        price_coverage(session, current),
         dashboard_repo.events_in_range(
             session, window.service, window.model, window.from_us, window.to_us, max_events
         ),

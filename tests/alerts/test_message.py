@@ -18,7 +18,7 @@ from service.alerts.message import (
     compose,
     webhook_test_message,
 )
-from service.alerts.wording import CAUSE_LABELS, cause_sentence
+from service.alerts.wording import CAUSE_LABELS, cause_sentence, cost_line, cost_phrase
 from tests.alerts.fake_slack import slack_check
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -59,6 +59,12 @@ def regression(**changes: Any) -> dict[str, Any]:
             "lag_s": 240,
         },
         "cause": "prefix_instability",
+        "group": None,
+        "cost": {
+            "usd_per_day_before": 410.0,
+            "usd_per_day_after": 1650.5,
+            "extra_usd_per_day": 1240.5,
+        },
         "evidence": [
             "segment `system` had 1 variant per hour before and 980 after",
             "unique_prefix_ratio 0.01 -> 0.97 (distinct request starts per request)",
@@ -102,6 +108,9 @@ def test_opened_message_matches_golden() -> None:
     assert "deploy `v42`" in body and "lag 4 min" in body
     assert "The start of the request became unique after deploy `v42`" in body
     assert "segment `system` had 1 variant per hour before and 980 after" in body
+    cost = "the drop costs about $1,241 a day more: $1,651/day, against $410/day"
+    assert cost in blocks[1]["text"]["text"]
+    assert "it costs about $1,241 a day more." in payload["text"]
 
 
 def test_resolved_message_matches_golden_and_is_shorter() -> None:
@@ -135,13 +144,15 @@ def test_digest_matches_golden() -> None:
                 },
             ),
         ),
-        AlertItem("resolved", regression(id=5, service="billing", **RESOLVED)),
+        AlertItem("resolved", regression(id=5, service="billing", cost=None, **RESOLVED)),
     ]
     payload = compose(items, PUBLIC_URL).payload()
     assert_valid(payload)
     check_golden("digest", payload)
     assert payload["blocks"][0]["text"]["text"] == "cachewatch: 2 cache regressions, 1 resolved"
     assert "the change to 4 replicas" in json.dumps(payload)
+    entries = [b["text"]["text"] for b in payload["blocks"][1:3]]
+    assert all("\n*Cost:* the drop costs about $1,241 a day more\n" in e for e in entries)
 
 
 def test_opened_and_resolved_together_make_one_entry() -> None:
@@ -298,3 +309,48 @@ def test_prefix_cause_names_the_part_that_started_varying() -> None:
     assert "floating order" in sentence
     # Without segments in the records, the question stays generic.
     assert "top of the prompt" in cause_sentence(regression(evidence=[]))
+
+
+def test_without_prices_nothing_is_said_about_money() -> None:
+    """A model without prices has `cost` null: no dollars, and no "$0" either."""
+    for unpriced in (regression(cost=None), {k: v for k, v in regression().items() if k != "cost"}):
+        for items in (
+            [AlertItem("opened", unpriced)],
+            [AlertItem("opened", unpriced), AlertItem("opened", {**unpriced, "id": 9})],
+            [AlertItem("resolved", {**unpriced, **RESOLVED})],
+        ):
+            payload = compose(items, PUBLIC_URL).payload()
+            assert_valid(payload)
+            dumped = json.dumps(payload, ensure_ascii=False)
+            assert "$" not in dumped and "cost" not in dumped.lower(), dumped
+
+
+def test_cost_wording_for_a_cheaper_change_and_a_malformed_cost() -> None:
+    cheaper = regression(
+        cost={"usd_per_day_before": 12.0, "usd_per_day_after": 11.58, "extra_usd_per_day": -0.42}
+    )
+    assert cost_phrase(cheaper) == "costs about $0.42 a day less"
+    assert cost_line(cheaper) == (
+        "costs about $0.42 a day less: $11.58/day, against $12.00/day at the cost per "
+        "prompt token before"
+    )
+    for bad in ({"extra_usd_per_day": 3.0}, {"extra_usd_per_day": "x"}, [1, 2], "cheap"):
+        assert cost_phrase(regression(cost=bad)) is None and cost_line(regression(cost=bad)) is None
+        assert_valid(compose([AlertItem("opened", regression(cost=bad))], PUBLIC_URL).payload())
+
+
+@pytest.mark.parametrize(
+    ("cause", "words"),
+    [
+        ("expiry", ("TTL", '`"ttl": "1h"`')),
+        ("below_minimum", ("caching minimum", "1,024 tokens")),
+    ],
+)
+def test_the_managed_provider_causes_have_their_own_words(
+    cause: str, words: tuple[str, ...]
+) -> None:
+    payload = compose([AlertItem("opened", regression(cause=cause))], PUBLIC_URL).payload()
+    title, sentence = payload["blocks"][2]["text"]["text"].split("\n")
+    assert title == f"*Likely cause: {CAUSE_LABELS[cause]}*"
+    assert all(w in sentence for w in words), sentence
+    assert f"likely cause: {CAUSE_LABELS[cause]};" in payload["text"]

@@ -4,6 +4,14 @@ import random
 from typing import Any
 
 XSS = "<script>alert(1)</script>"
+#: A models file that prices model `m` alone (dollars per million tokens).
+INPUT_USD, CACHED_USD = 3.00, 0.30
+MODELS_FILE = f"""
+[[model]]
+match = "m"
+input_usd_per_mtok = {INPUT_USD}
+cached_usd_per_mtok = {CACHED_USD}
+"""
 
 
 def bucket(
@@ -24,11 +32,21 @@ def bucket(
         "cacheable_tokens": cacheable_tokens,
         "cacheable_fraction": cacheable_tokens / prompt,
         "capture_ratio": cached / cacheable_tokens if cacheable_tokens else None,
-        "rewarms": {"total": 3, "concurrent": 1, "routing": 1, "eviction": 1, "unknown": 0},
+        "rewarms": {
+            "total": 5,
+            "below_minimum": 1,
+            "concurrent": 1,
+            "expiry": 1,
+            "routing": 1,
+            "eviction": 1,
+            "unknown": 0,
+        },
         "rewarm_tokens": 600,
         "rewarm_tokens_by_cause": {
-            "concurrent": 200,
-            "routing": 200,
+            "below_minimum": 100,
+            "concurrent": 100,
+            "expiry": 100,
+            "routing": 100,
             "eviction": 200,
             "unknown": 0,
         },
@@ -40,7 +58,31 @@ def bucket(
         "misses": requests - requests // 2,
         "ttft_ms": {"hit": {"p50": 100.0, "p95": 200.0}, "miss": {"p50": 400.0, "p95": 900.0}},
         "replicas": 2,
+        "cache_write_tokens": 0,
+        "priced_requests": requests,
+        # At $3 per million uncached tokens and $0.30 cached (contract section 4a).
+        "spend_usd": ((prompt - cached) * 3.0 + cached * 0.3) / 1e6,
+        "wasted_usd": 600 * 2.7 / 1e6,
+        "wasted_usd_by_cause": {
+            "below_minimum": 100 * 2.7 / 1e6,
+            "concurrent": 100 * 2.7 / 1e6,
+            "expiry": 100 * 2.7 / 1e6,
+            "routing": 100 * 2.7 / 1e6,
+            "eviction": 200 * 2.7 / 1e6,
+            "unknown": 0.0,
+        },
         **extra,
+    }
+
+
+def unpriced(b: dict[str, Any]) -> dict[str, Any]:
+    """The bucket as a model without prices answers it: dollars null, not 0."""
+    return {
+        **b,
+        "priced_requests": 0,
+        "spend_usd": None,
+        "wasted_usd": None,
+        "wasted_usd_by_cause": dict.fromkeys(b["wasted_usd_by_cause"]),
     }
 
 

@@ -134,6 +134,10 @@ def test_empty_state_says_what_to_send(public_client: TestClient) -> None:
     series = public_client.get("/dashboard/data/series").json()
     assert series["notes"]["hit_rate"] == "No usage records for these filters in this range."
     assert series["headline"]["current"]["hit_rate"] is None
+    # No data is not "no prices": the wasted card shows the dash of every empty card.
+    assert series["headline"]["wasted"]["value"] == "\u2013"
+    assert series["notes"]["cost"] == series["notes"]["hit_rate"]
+    assert series["figures"]["cost"] is None
     tables = public_client.get("/dashboard/data/tables").json()
     assert tables["regressions"] == [] and "No regressions" in tables["notes"]["regressions"]
     assert "block_hashes" in tables["notes"]["prefixes"]

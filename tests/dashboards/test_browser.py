@@ -5,6 +5,7 @@ plus a second service whose name, deploy tag and event text are HTML.
 Screenshots go to the test's tmp_path, and also to $CACHEWATCH_TEST_OUTPUT when set."""
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,10 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 
+from dashboards.plotting import CAUSE_NAMES
 from service import migrate
+from service.alerts.money import usd
+from service.analytics.definitions import CAUSES
 from service.db import make_engine, make_sessionmaker
 from service.services.detection import detect
 from service.settings import Settings
@@ -45,7 +49,15 @@ CHROMIUM_ARGS = [
 SEED = 3
 EVIL_DEPLOY = '"><img src=x onerror=alert(2)>'
 EVIL_NOTE = "<img src=x onerror=alert(3)> KV cache budget 65536 tokens"
-PANELS = ("hit_rate", "rewarms", "ttft", "replicas", "capacity")
+# The hostile service's model has no prices; the simulated one has (MODELS_FILE).
+EVIL_MODEL = "<b>unpriced</b>"
+MODELS_FILE = """
+[[model]]
+match = "acme-70b-instruct"
+input_usd_per_mtok = 3.00
+cached_usd_per_mtok = 0.30
+"""
+PANELS = ("hit_rate", "cost", "rewarms", "ttft", "replicas", "capacity")
 
 
 @pytest.fixture(scope="module")
@@ -58,13 +70,15 @@ def server(
     pytest.importorskip("playwright.sync_api")
     folder = tmp_path_factory.mktemp("dashboard")
     url = fresh_database_url(folder, "dashboard")
-    settings = Settings(database_url=url, run_jobs=False)
+    models = folder / "models.toml"
+    models.write_text(MODELS_FILE, encoding="utf-8")
+    settings = Settings(database_url=url, run_jobs=False, models_file=models)
     engine = make_engine(settings)
     migrate.upgrade(engine)
     week = detection_week(SEED, days=2, peak_rate=0.8)
     result = simulate(week.scenario, SEED)
     start_s = week.scenario.start.timestamp()
-    evil = records(3000, start_s, 2 * 86_400, service=XSS, model="acme-70b-instruct")
+    evil = records(3000, start_s, 2 * 86_400, service=XSS, model=EVIL_MODEL)
     for row in evil[1500:]:
         row["deploy"] = EVIL_DEPLOY
     events = [
@@ -78,7 +92,7 @@ def server(
     with factory.begin() as session:
         assert detect(session, settings).created, "the simulated days should hold regressions"
     engine.dispose()
-    live = make_live_server(folder, url, run_jobs="false")
+    live = make_live_server(folder, url, run_jobs="false", models_file=str(models))
     live.start()
     try:
         yield live, live.token("read")
@@ -203,6 +217,25 @@ def test_dashboard_draws_every_panel_and_follows_the_service_filter(
     assert first["prompt_tokens"] >= 1000
     assert cells[2:4] == [f"{first['requests']:,}", f"{first['prompt_tokens']:,}"]
     assert page.text_content("#hl-hit_rate .value") not in ("", "\u2013")  # en dash: none yet
+    # Money: the wasted card, the cost panel (drawn above) and the regressions' cost
+    # cells show what the server worded (service.alerts.money), priced throughout.
+    series = page.evaluate(
+        "async (q) => (await fetch('/dashboard/data/series?' + q)).json()",
+        "service=assistant&range=7d",
+    )
+    wasted = series["headline"]["current"]["wasted_usd"]
+    assert wasted is not None and wasted > 0
+    assert page.text_content("#hl-wasted .value") == usd(wasted)
+    assert page.text_content("#hl-wasted h3").lower() == "wasted in range"
+    assert page.locator("#panel-cost .note").is_hidden()  # every model has prices
+    bars = [t["name"] for t in drawn["cost"]["traces"] if t["name"] != "spend"]
+    assert bars == [CAUSE_NAMES[c] for c in CAUSES]
+    costs = [
+        row.locator("td").nth(6).text_content()
+        for row in page.locator("#regressions tbody tr").all()
+    ]
+    assert costs == [r["cost"] for r in tables["regressions"]]
+    assert any(re.fullmatch(r"\+\$[0-9,.]+/day", c or "") for c in costs), costs
     save_screenshot(page, tmp_path, "dashboard")
 
     page.select_option("select[name=service]", XSS)
@@ -210,7 +243,8 @@ def test_dashboard_draws_every_panel_and_follows_the_service_filter(
     watched.drawn()
     switched = watched.figures()
     for panel in ("hit_rate", "rewarms", "ttft", "replicas"):
-        assert switched[panel]["traces"][0]["y"] != drawn[panel]["traces"][0]["y"], panel
+        ys = [t["y"] for t in switched[panel]["traces"]]
+        assert ys != [t["y"] for t in drawn[panel]["traces"]], panel
     assert page.locator("select[name=service] option:checked").text_content() == XSS
     assert watched.errors == [] and watched.dialogs == []
 
@@ -229,6 +263,14 @@ def test_html_in_names_shows_as_text_and_runs_nothing(
     assert any(t.startswith('"><img src=x') for t in text), text  # the deploy label
     prefixes = page.locator("#prefixes tbody td").all_text_contents()
     assert any(XSS in cell for cell in prefixes)
+    # Its model has no prices: the card says so, and the cost panel's note names the
+    # model, as text, with no chart.
+    assert page.text_content("#hl-wasted .value") == "no prices"
+    note = page.locator("#panel-cost .note")
+    assert note.is_visible()
+    assert (note.text_content() or "").startswith(f"No prices for model {EVIL_MODEL}: its")
+    assert page.locator("#panel-cost b").count() == 0
+    assert page.locator('[data-figure="cost"].empty').count() == 1
     save_screenshot(page, tmp_path, "escaped")
     assert watched.errors == [] and watched.dialogs == []
 

@@ -8,8 +8,10 @@ import orjson
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
 
 from dashboards.cache import ReplayCache
+from tests.alerts.conftest import add_regression
 from tests.dashboards.helpers import records
 
 T0 = 1_764_399_600
@@ -112,3 +114,42 @@ def test_the_widest_range_is_drawn(
     view = answer.json()["view"]
     assert view["previous_from"].startswith("18")  # the range of equal length before
     assert answer.json()["points"] == 1  # one bucket holds the 20 minutes of data
+
+
+def test_without_prices_the_money_says_so_and_names_the_models(
+    client: TestClient, ingest_headers: dict[str, str], read_headers: dict[str, str]
+) -> None:
+    """Records of models without prices: the wasted card says `no prices` (not $0),
+    the cost panel is drawn empty with a note naming the models, and a regression
+    without a cost says `no prices` in the table."""
+    rows = [
+        *records(30, T0, 3600, service="svc"),
+        *records(20, T0, 3600, service="svc", model="x<b>", seed=1),
+    ]
+    body = b"\n".join(orjson.dumps(r) for r in rows)
+    assert client.post("/v1/usage", content=body, headers=ingest_headers).status_code == 200
+    series = client.get("/dashboard/data/series", headers=read_headers).json()
+    assert series["headline"]["wasted"] == {"value": "no prices", "delta": "", "trend": ""}
+    assert series["headline"]["current"]["wasted_usd"] is None
+    assert series["headline"]["current"]["spend_usd"] is None
+    assert series["notes"]["cost"].startswith("No prices for models m, x<b>: their requests")
+    assert series["figures"]["cost"] is None  # the note alone, no empty chart
+    assert series["figures"]["hit_rate"] is not None
+    narrowed = client.get("/dashboard/data/series?model=m", headers=read_headers).json()
+    assert narrowed["notes"]["cost"].startswith("No prices for model m: its requests")
+
+
+def test_the_regressions_table_says_what_each_costs_a_day(
+    client: TestClient, session: Session, read_headers: dict[str, str]
+) -> None:
+    """The cost cell from the stored regression's `cost`, through the API's JSON."""
+    cost = {"usd_per_day_before": 410.0, "usd_per_day_after": 1650.5, "extra_usd_per_day": 1240.5}
+    add_regression(session, cost=cost)
+    add_regression(session, service="other", cost=None)
+    session.commit()
+    params = {"from": "2026-11-23T00:00:00Z", "to": "2026-11-24T00:00:00Z"}
+    tables = client.get("/dashboard/data/tables", params=params, headers=read_headers).json()
+    assert {r["service"]: r["cost"] for r in tables["regressions"]} == {
+        "assistant": "+$1,241/day",
+        "other": "no prices",
+    }

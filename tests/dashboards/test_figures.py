@@ -10,7 +10,7 @@ from dashboards.filters import MAX_POINTS
 from dashboards.markers import Markers, markers_from
 from dashboards.plotting import CAUSE_COLORS, CAUSE_NAMES, format_tokens, plot_text
 from service.analytics.definitions import CAUSES
-from tests.dashboards.helpers import XSS, bucket
+from tests.dashboards.helpers import XSS, bucket, unpriced
 
 METRICS = {
     "bucket_s": 3600,
@@ -85,6 +85,7 @@ def _all_figures() -> list[go.Figure]:
         figures.rewarms_figure(METRICS, marks),
         figures.ttft_figure(METRICS, marks),
         figures.replicas_figure(METRICS, marks),
+        figures.cost_figure(METRICS, marks),
         capacity_figure(capacity, budget),
     ]
 
@@ -150,6 +151,7 @@ def test_traces_never_exceed_the_point_limit() -> None:
         figures.rewarms_figure(many),
         figures.ttft_figure(many),
         figures.replicas_figure(many),
+        figures.cost_figure(many),
     ):
         assert all(len(trace.x) <= MAX_POINTS for trace in figure.data)
 
@@ -161,7 +163,7 @@ def test_merge_buckets_keeps_sums_and_ratios_exact() -> None:
     assert merged[0]["requests"] == 40
     assert merged[0]["hit_rate"] == (5000 + 3000) / 40_000
     assert merged[0]["cacheable_fraction"] == (7000 + 6000) / 40_000
-    assert merged[0]["rewarms"]["total"] == 6
+    assert merged[0]["rewarms"]["total"] == 10
     assert merged[0]["ttft_ms"]["miss"]["p95"] == 900.0
     assert merge_buckets(buckets, 10) == buckets
 
@@ -258,3 +260,37 @@ def test_only_the_newest_labels_are_drawn_when_there_are_too_many() -> None:
 
 def test_every_cause_has_a_colour_and_a_name() -> None:
     assert set(CAUSE_COLORS) == set(CAUSE_NAMES) == set(CAUSES)
+
+
+def test_cost_figure_stacks_waste_by_cause_under_the_spend() -> None:
+    metrics = {**METRICS, "buckets": [*METRICS["buckets"][:2], unpriced(METRICS["buckets"][2])]}
+    figure = figures.cost_figure(metrics, _markers())
+    bars = [t for t in figure.data if t.type == "bar"]
+    assert [t.name for t in bars] == [CAUSE_NAMES[c] for c in CAUSES]
+    assert [t.marker.color for t in bars] == [CAUSE_COLORS[c] for c in CAUSES]
+    eviction = bars[CAUSES.index("eviction")]
+    assert list(eviction.y) == [0.00054, 0.00054, None]  # no prices: no bar, not 0
+    assert list(eviction.hovertext) == ["<$0.01", "<$0.01", "no prices"]
+    spend = next(t for t in figure.data if t.name == "spend")
+    assert spend.yaxis is None and list(spend.y) == [0.0084, 0.0246, None]  # one axis
+    assert list(spend.hovertext) == ["$0.01", "$0.02", "no prices"]
+    # The hover shows the amounts worded as everywhere else (service.alerts.money).
+    assert all(t.hovertemplate == "%{hovertext}" for t in figure.data)
+    assert figure.layout.barmode == "stack" and figure.layout.yaxis.tickprefix == "$"
+    assert any(s.type == "rect" for s in figure.layout.shapes)  # the regression span
+
+
+def test_merge_buckets_adds_dollars_and_keeps_no_prices_apart() -> None:
+    """Merged buckets are summed from the contract's dollars, as every other sum; a
+    merged bucket of unpriced buckets stays None, one with some prices sums those."""
+    priced, none = bucket("t", 0.5, 0.7), unpriced(bucket("u", 0.1, 0.2))
+    merged = merge_buckets([priced, priced, none, none, priced, none], 3)
+    assert [m["ts"] for m in merged] == ["t", "u", "t"]
+    assert [m["spend_usd"] for m in merged] == [2 * priced["spend_usd"], None, priced["spend_usd"]]
+    assert [m["wasted_usd"] for m in merged] == [
+        2 * priced["wasted_usd"],
+        None,
+        priced["wasted_usd"],
+    ]
+    by_cause = [m["wasted_usd_by_cause"]["expiry"] for m in merged]
+    assert by_cause == [2 * priced["wasted_usd_by_cause"]["expiry"], None, 100 * 2.7 / 1e6]

@@ -2,7 +2,8 @@
 path, `service.services.series`) bucket for bucket, and its headline, which sums
 the chart rollups in the database (`service.services.dashboard.range_totals`) and reads
 one service's rows when only one has data for the filters, against the API's
-totals, for the range and the one before it."""
+totals, for the range and the one before it. Model m has prices (the models file of
+`priced_client`), m2 none: the dollars agree too, None where nothing was priced."""
 
 import math
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dashboards.plotting import plot_ts
+from service.alerts.money import usd
 from service.rfc3339 import us_to_rfc3339
 from tests.dashboards.helpers import records
 
@@ -39,6 +41,8 @@ def headline_of(totals: dict[str, Any]) -> dict[str, Any]:
         "cacheable_fraction": totals["cacheable_fraction"],
         "capture_ratio": totals["capture_ratio"],
         "rewarms": totals["rewarms"]["total"],
+        "spend_usd": totals["spend_usd"],
+        "wasted_usd": totals["wasted_usd"],
     }
 
 
@@ -52,13 +56,14 @@ def headline_of(totals: dict[str, Any]) -> dict[str, Any]:
     ],
 )
 def test_series_and_headline_equal_metrics(
-    client: TestClient,
+    priced_client: TestClient,
     ingest_headers: dict[str, str],
     read_headers: dict[str, str],
     bucket: str,
     service: str | None,
     model: str | None,
 ) -> None:
+    client = priced_client
     post(client, ingest_headers, records(400, T0, 5 * 3600, service="a", model="m"))
     post(client, ingest_headers, records(300, T0 + 600, 4 * 3600, service="b", model="m", seed=1))
     post(client, ingest_headers, records(200, T0, 5 * 3600, service="b", model="m2", seed=2))
@@ -89,9 +94,19 @@ def test_series_and_headline_equal_metrics(
     assert hit_rate["y"] == [round(b["hit_rate"], 4) for b in buckets]
     assert ceiling["y"] == [round(b["cacheable_fraction"], 4) for b in buckets]
 
+    cost = dashboard["figures"]["cost"]
+    if model == "m2":
+        assert cost is None and dashboard["notes"]["cost"].startswith("No prices for model m2")
+    else:
+        spend = next(t for t in cost["data"] if t["name"] == "spend")
+        assert spend["y"] == [round(b["spend_usd"], 6) for b in buckets]
+
     for name, window in (("current", view), ("previous", before)):
         want = headline_of(api(window)["totals"])
         got = dashboard["headline"][name]
         assert want["requests"] > 0, name
+        assert (want["spend_usd"] is None) == (model == "m2"), name  # m2 has no prices
         for key, value in want.items():
             assert close(value, got[key]), (name, key, value, got[key])
+    wasted = reference["totals"]["wasted_usd"]
+    assert dashboard["headline"]["wasted"]["value"] == usd(wasted)

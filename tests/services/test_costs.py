@@ -19,18 +19,17 @@ from service.services.analytics_pass import catch_up
 from service.services.detection import detect
 from service.services.metrics import HOUR_S, MetricsQuery, metrics
 from service.settings import Settings
-from tests.services.traffic import T0, rec, store
-
-INPUT, CACHED, WRITE = 3.00, 0.30, 3.75
-MODELS_FILE = f"""
-[[model]]
-match = "claude-*"
-provider = "anthropic"
-input_usd_per_mtok = {INPUT}
-cached_usd_per_mtok = {CACHED}
-write_usd_per_mtok = {WRITE}
-"""
-BLOCKS = list(range(1, 21))  # 20 blocks of 100 tokens
+from tests.services.traffic import (
+    BLOCKS,
+    CACHED,
+    INPUT,
+    MODELS_FILE,
+    T0,
+    WRITE,
+    drop_traffic,
+    rec,
+    store,
+)
 
 
 @pytest.fixture
@@ -87,12 +86,17 @@ def test_the_models_file_gives_the_profile_causes(
             rec("cold", T0, BLOCKS, prompt_tokens=2000, model="claude-x"),
             rec("expired", T0 + 600, BLOCKS, prompt_tokens=2000, model="claude-x"),
             rec("short", T0 + 610, BLOCKS[:9], prompt_tokens=900, model="claude-x"),
+            # Asked for an hour: the same pause is no expiry (an unknown rewarm).
+            rec("long-cold", T0, [100 + b for b in BLOCKS], prompt_tokens=2000,
+                model="claude-x", cache_ttl_s=3600),
+            rec("long-kept", T0 + 600, [100 + b for b in BLOCKS], prompt_tokens=2000,
+                model="claude-x", cache_ttl_s=3600),
         ],
-    )
+    )  # fmt: skip
     catch_up(session, settings.model_copy(update={"models_file": path}))
     totals = _answer(session)
-    assert totals["rewarms"] == {**dict.fromkeys(CAUSES, 0), "total": 2, "expiry": 1,
-                                 "below_minimum": 1}  # fmt: skip
+    assert totals["rewarms"] == {**dict.fromkeys(CAUSES, 0), "total": 3, "expiry": 1,
+                                 "below_minimum": 1, "unknown": 1}  # fmt: skip
     assert totals["wasted_usd_by_cause"]["expiry"] == pytest.approx(2000 * (INPUT - CACHED) / 1e6)
     assert totals["wasted_usd_by_cause"]["below_minimum"] == pytest.approx(
         900 * (INPUT - CACHED) / 1e6
@@ -121,20 +125,8 @@ def test_without_a_models_file_self_hosted_traffic_has_no_prices(
     assert _answer(session)["spend_usd"] is None
 
 
-def _drop_traffic() -> list[dict[str, Any]]:
-    """Two hours of a warm prefix (95% cached), then two hours where it is lost."""
-    records = []
-    for i in range(240):
-        after = i >= 120
-        records.append(
-            rec(f"r{i}", T0 + i * 60, [i % 2 * 1000 + b for b in BLOCKS] if after else BLOCKS,
-                prompt_tokens=2000, cached_tokens=0 if after else 1900, model="claude-x")
-        )  # fmt: skip
-    return records
-
-
 def test_a_regression_costs_its_extra_dollars_a_day(session: Session, priced: Settings) -> None:
-    store(session, _drop_traffic())
+    store(session, drop_traffic())
     catch_up(session, priced)
     report = detect(session, priced)
     assert len(report.created) == 1
@@ -154,7 +146,7 @@ def test_a_regression_costs_its_extra_dollars_a_day(session: Session, priced: Se
 
 
 def test_a_regression_without_prices_has_no_cost(session: Session, settings: Settings) -> None:
-    store(session, _drop_traffic())
+    store(session, drop_traffic())
     catch_up(session, settings)
     report = detect(session, settings)
     assert len(report.created) == 1 and report.created[0].cost is None

@@ -3,19 +3,23 @@ sums and the busiest model from the chart rollups, the tables (regressions with
 their alerts, top prefixes), the series request's events, the capacity sample and
 the versions that key cached answers."""
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from dashboards.data import headline_values
 from service.models import Regression
 from service.repository import alerts as alerts_repo
+from service.repository.series import CHART_TABLE
 from service.services import analytics_pass
 from service.services import dashboard as reads
 from service.services.events import EventIn, record_events
 from service.settings import Settings
 from tests.alerts.conftest import FIXED_REGRESSION
-from tests.dashboards.helpers import records
+from tests.dashboards.helpers import CACHED_USD, INPUT_USD, MODELS_FILE, records
 from tests.simulated import load_records
 
 DAY_S = 86_400
@@ -192,3 +196,95 @@ def test_the_versions_move_with_records_events_and_alerts(
     alerts_repo.add_alert(session, regression.id, "opened", 10**15)
     assert reads.alerts_version(session) > alerts
     assert reads.newest_usage_id(session) == reads.data_version(session)[0]
+
+
+def price_chart_rows(session: Session, model: str, usd_per_token: float, **only: str) -> None:
+    """Prices by hand on the chart rows of one model (of every service, or of
+    `service=`): every request priced, spend and waste in proportion to its tokens.
+    For what the models file cannot give: a model only some of whose requests are
+    priced."""
+    c = CHART_TABLE.c
+    where = [c.model == model, *[c[k] == v for k, v in only.items()]]
+    session.execute(
+        update(CHART_TABLE)
+        .where(*where)
+        .values(
+            priced_requests=c.requests,
+            spend_usd=c.prompt_tokens * usd_per_token,
+            wasted_usd=c.rewarm_tokens * usd_per_token,
+        )
+    )
+
+
+@pytest.fixture
+def priced(session: Session, settings: Settings, tmp_path: Path) -> list[dict[str, Any]]:
+    """The `stored` traffic, with a models file that prices m (not m2)."""
+    path = tmp_path / "models.toml"
+    path.write_text(MODELS_FILE, encoding="utf-8")
+    rows = [
+        *records(200, T0_S, 2 * DAY_S, service="a", model="m"),
+        *records(100, T0_S + DAY_S, DAY_S, service="b", model="m", seed=1),
+        *records(300, T0_S + DAY_S, DAY_S, service="b", model="m2", seed=2),
+    ]
+    load_records(session, rows, [])
+    analytics_pass.catch_up(session, settings.model_copy(update={"models_file": path}))
+    return rows
+
+
+def spend_of(rows: list[dict[str, Any]], from_s: int, to_s: int, model: str) -> float:
+    """Contract section 4a's spend of the records, by hand (no cache writes)."""
+    return sum(
+        ((r["prompt_tokens"] - r["cached_tokens"]) * INPUT_USD + r["cached_tokens"] * CACHED_USD)
+        / 1e6
+        for r in rows
+        if from_s <= r["ts"] < to_s and r["model"] == model
+    )
+
+
+def test_the_headline_dollars_and_the_models_without_prices(
+    session: Session, priced: list[dict[str, Any]]
+) -> None:
+    """m priced, m2 not: m's dollars are its records' (section 4a), m2's None (not
+    0), and the models in range without prices are named, for the selection only."""
+
+    def reading(service: str | None, model: str | None) -> reads.SeriesReading:
+        day_two = window(T0_S + DAY_S, T0_S + 2 * DAY_S, service=service, model=model)
+        return reads.read_series(session, reads.selected(session, service, model), day_two, 10)
+
+    assert reading(None, None).prices == reads.Prices(("m2",), ())
+    only_m = reading(None, "m")
+    assert only_m.prices == reads.Prices((), ())
+    spend = headline_values(only_m.current)["spend_usd"]
+    assert spend == pytest.approx(spend_of(priced, T0_S + DAY_S, T0_S + 2 * DAY_S, "m"))
+    before = headline_values(only_m.previous)["spend_usd"]
+    assert before == pytest.approx(spend_of(priced, T0_S, T0_S + DAY_S, "m"))
+    wasted = headline_values(only_m.current)["wasted_usd"]
+    rewarm_tokens = only_m.current["rewarm_tokens"]
+    assert rewarm_tokens > 0 and wasted is not None and wasted > 0
+    # A rewarm's uncached tokens cost the input price (no cache writes here).
+    assert wasted == pytest.approx(rewarm_tokens * (INPUT_USD - CACHED_USD) / 1e6)
+    only_m2 = reading("b", "m2")
+    assert only_m2.current["requests"] == 300 and only_m2.prices == reads.Prices(("m2",), ())
+    assert headline_values(only_m2.current)["spend_usd"] is None
+    assert headline_values(only_m2.current)["wasted_usd"] is None
+    assert reading("a", None).prices == reads.Prices((), ())
+
+
+def test_a_model_with_some_requests_priced_is_named_apart(
+    session: Session, stored: list[dict[str, Any]]
+) -> None:
+    price_chart_rows(session, "m", 1e-6)
+    c = CHART_TABLE.c
+    session.execute(
+        update(CHART_TABLE)
+        .where(c.model == "m", c.service == "b", c.level == 0)
+        .values(priced_requests=c.requests - 1)
+    )
+    day_two = window(T0_S + DAY_S, T0_S + 2 * DAY_S, service="b")
+    selection = reads.selected(session, "b", None)
+    assert reads.read_series(session, selection, day_two, 10).prices == reads.Prices(
+        ("m2",), ("m",)
+    )
+    # Nothing selected, nothing read.
+    empty = reads.scope_of(reads.Selection((), (), None), None, 0, DAY_S * US)
+    assert reads.price_coverage(session, empty) == reads.Prices((), ())

@@ -51,6 +51,34 @@ def traffic(n: int, seed: int, hours: float = 4.0) -> list[dict[str, Any]]:
     return out
 
 
+#: Anthropic-style list prices per million tokens, and a models file giving them
+#: to every `claude-*` model.
+INPUT, CACHED, WRITE = 3.00, 0.30, 3.75
+MODELS_FILE = f"""
+[[model]]
+match = "claude-*"
+provider = "anthropic"
+input_usd_per_mtok = {INPUT}
+cached_usd_per_mtok = {CACHED}
+write_usd_per_mtok = {WRITE}
+"""
+#: 20 blocks of 100 tokens
+BLOCKS = list(range(1, 21))
+
+
+def drop_traffic() -> list[dict[str, Any]]:
+    """Two hours of a warm prefix (95% cached), then two hours where it is lost, on a
+    model MODELS_FILE prices: one regression with a cost."""
+    records = []
+    for i in range(240):
+        after = i >= 120
+        records.append(
+            rec(f"r{i}", T0 + i * 60, [i % 2 * 1000 + b for b in BLOCKS] if after else BLOCKS,
+                prompt_tokens=2000, cached_tokens=0 if after else 1900, model="claude-x")
+        )  # fmt: skip
+    return records
+
+
 def store(session: Session, records: list[dict[str, Any]]) -> None:
     body = b"\n".join(orjson.dumps({k: v for k, v in r.items() if v is not None}) for r in records)
     outcome = ingest_usage(
