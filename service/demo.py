@@ -28,6 +28,8 @@ import httpx
 
 from service import migrate
 from service.alerts.delivery import deliver_due
+from service.alerts.money import NO_PRICES
+from service.alerts.wording import cost_line
 from service.db import make_engine, make_sessionmaker
 from service.server_process import free_port, start_server, stop_server
 from service.services.tokens import Scope, create_token
@@ -307,20 +309,6 @@ def _print_regression(r: dict[str, Any]) -> None:
         f"- {r['change_ts']}  {r['service']}  hit rate {before['hit_rate']:.0%} -> "
         f"{after['hit_rate']:.0%}  cause {r['cause']}  after {source}  [{r['status']}]"
     )
-    print(f"    {_cost_line(r.get('cost'))}")
+    print(f"    {cost_line(r) or f'cost: {NO_PRICES}'}")
     for line in r["evidence"] or []:
         print(f"    {line}")
-
-
-def _cost_line(cost: Any) -> str:
-    if not isinstance(cost, dict):
-        return "cost unknown: no prices for this model"
-    return (
-        f"costs about {_usd_per_day(cost['extra_usd_per_day'])} more "
-        f"({_usd_per_day(cost['usd_per_day_before'])} at the rate before, "
-        f"{_usd_per_day(cost['usd_per_day_after'])} after)"
-    )
-
-
-def _usd_per_day(usd: float) -> str:
-    return f"${usd:,.0f}/day"
