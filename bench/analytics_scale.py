@@ -92,7 +92,8 @@ def worker_catch_up(n: int, db: str) -> dict[str, Any]:
     engine = make_engine(settings)
     migrate.upgrade(engine)
     frame = synthetic(n).drop("id")
-    empty = {c: None for c in repository.USAGE_COLUMNS}
+    # What a record that sends only the synthetic fields is stored with.
+    empty = {c: None for c in repository.USAGE_COLUMNS} | {"cache_write_tokens": 0}
     loaded = time.perf_counter()
     for start in range(0, n, 100_000):
         chunk = frame.slice(start, 100_000).to_dicts()

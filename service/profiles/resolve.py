@@ -81,9 +81,14 @@ class Profiles:
 
         Each distinct (model, provider) is resolved once and joined back, so the
         Python work is per pair, not per row. The rows keep their order."""
-        keyed = frame.drop(ANNOTATED_COLUMNS, strict=False).with_columns(
+        base = frame.drop(ANNOTATED_COLUMNS, strict=False)
+        # Only the key columns go through the join, and the added columns are put
+        # beside the frame's own: a join copies every column it carries, and the
+        # records' block hashes are most of a pass's memory.
+        keyed = frame.select(
             pl.col("model").cast(pl.String).alias(_MODEL),
             pl.col("provider").cast(pl.String).alias(_PROVIDER),
+            *([pl.col("cache_ttl_s")] if "cache_ttl_s" in frame.columns else []),
         )
         pairs = keyed.select(_MODEL, _PROVIDER).unique()
         joined = keyed.join(
@@ -99,14 +104,17 @@ class Profiles:
             else pl.lit(None, pl.Float64)
         )
         long_cache = (requested >= LONG_CACHE_TTL_S) & pl.col(_WRITE_1H).is_not_null()
-        return joined.with_columns(
+        added = joined.select(
             pl.col("min_prompt_tokens").fill_null(0),
             pl.when(pl.col(_PROFILED))
             .then(pl.coalesce(requested, pl.col(_TTL)))
             .otherwise(None)
             .alias("ttl_s"),
+            pl.col(_INPUT),
+            pl.col(_CACHED),
             pl.when(long_cache).then(pl.col(_WRITE_1H)).otherwise(pl.col(_WRITE)).alias(_WRITE),
-        ).select(*frame.drop(ANNOTATED_COLUMNS, strict=False).columns, *ANNOTATED_COLUMNS)
+        )
+        return base.hstack(added.select(ANNOTATED_COLUMNS).get_columns())
 
     def _lookup_table(self, pairs: pl.DataFrame) -> pl.DataFrame:
         rows = []
