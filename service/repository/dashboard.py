@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from service.models import Alert, ChangeEvent, Regression
 from service.repository.analytics import PREFIX_TABLE
-from service.repository.series import CHART_TABLE, PREFIX_SUMS, Segment
+from service.repository.series import PREFIX_SUMS, Segment
 from service.repository.usage import USAGE_TABLE
 
 
@@ -74,44 +74,6 @@ def top_prefixes(
     )
     names = (*keys, *PREFIX_SUMS, "replicas")
     return [dict(zip(names, row, strict=True)) for row in session.execute(query).all()]
-
-
-@dataclass(frozen=True)
-class PricedCount:
-    """A model's requests over a range, and how many of them had prices."""
-
-    requests: int
-    priced_requests: int
-
-
-def priced_by_model(
-    session: Session, service: str | None, model: str | None, segments: Sequence[Segment]
-) -> dict[str, PricedCount]:
-    """Per model with requests in the segments, its requests and priced requests,
-    from the chart rows of one service (level 0) or of all services (level 2); only
-    `model` when one is given. One grouped query per segment."""
-    c = CHART_TABLE.c
-    level = 0 if service is not None else 2
-    counts: dict[str, PricedCount] = {}
-    for segment in segments:
-        query = (
-            select(c.model, func.sum(c.requests), func.sum(c.priced_requests))
-            .where(
-                c.grain_s == segment.grain_s,
-                c.level == level,
-                c.service == (service or ""),
-                c.bucket_us >= segment.from_us,
-                c.bucket_us < segment.to_us,
-                *([c.model == model] if model is not None else []),
-            )
-            .group_by(c.model)
-        )
-        for name, requests, priced in session.execute(query).all():
-            seen = counts.get(name, PricedCount(0, 0))
-            counts[name] = PricedCount(
-                seen.requests + int(requests or 0), seen.priced_requests + int(priced or 0)
-            )
-    return {name: count for name, count in counts.items() if count.requests}
 
 
 def _events(

@@ -226,29 +226,37 @@ def count_buckets_with_data(
     return int(session.scalar(select(func.count()).select_from(buckets)) or 0)
 
 
-def sum_by_model(
-    session: Session, service: str | None, segments: Sequence[Segment]
-) -> dict[str, int]:
-    """Prompt tokens per model over the segments: of one service (level 0) or of
-    all services (level 2)."""
+def sums_by_model(
+    session: Session,
+    service: str | None,
+    segments: Sequence[Segment],
+    columns: Sequence[str],
+    model: str | None = None,
+) -> dict[str, dict[str, float]]:
+    """Per model, the sums of `columns` over the segments: of one service (level 0)
+    or of all services (level 2); only `model` when one is given. One grouped query
+    per segment."""
     c = CHART_TABLE.c
     level = 0 if service is not None else 2
-    tokens: dict[str, int] = {}
+    totals: dict[str, dict[str, float]] = {}
     for segment in segments:
         query = (
-            select(c.model, func.sum(c.prompt_tokens))
+            select(c.model, *[func.sum(c[name]) for name in columns])
             .where(
                 c.grain_s == segment.grain_s,
                 c.level == level,
                 c.service == (service or ""),
                 c.bucket_us >= segment.from_us,
                 c.bucket_us < segment.to_us,
+                *([c.model == model] if model is not None else []),
             )
             .group_by(c.model)
         )
-        for model, n in session.execute(query).all():
-            tokens[model] = tokens.get(model, 0) + int(n or 0)
-    return tokens
+        for name, *values in session.execute(query).all():
+            sums = totals.setdefault(name, dict.fromkeys(columns, 0))
+            for column, value in zip(columns, values, strict=True):
+                sums[column] += as_sum(column, value)
+    return totals
 
 
 def newest_minute(session: Session, level: int, service: str, model: str) -> int | None:

@@ -176,12 +176,17 @@ def price_coverage(session: Session, scope: Scope) -> Prices:
     priced-request sums (the rows of the selected service, or of all)."""
     if not scope.services:
         return Prices((), ())
-    counts = dashboard_repo.priced_by_model(
-        session, only_service(scope.services), scope.model, scope.chart_segments()
+    counts = series_repo.sums_by_model(
+        session,
+        only_service(scope.services),
+        scope.chart_segments(),
+        ("requests", "priced_requests"),
+        scope.model,
     )
+    served = {m: c for m, c in counts.items() if c["requests"]}
     return Prices(
-        tuple(sorted(m for m, c in counts.items() if not c.priced_requests)),
-        tuple(sorted(m for m, c in counts.items() if 0 < c.priced_requests < c.requests)),
+        tuple(sorted(m for m, c in served.items() if not c["priced_requests"])),
+        tuple(sorted(m for m, c in served.items() if 0 < c["priced_requests"] < c["requests"])),
     )
 
 
@@ -190,7 +195,10 @@ def busiest_model(session: Session, scope: Scope) -> str | None:
     has any); ties go to the first name."""
     if not scope.services:
         return None
-    tokens = series_repo.sum_by_model(session, only_service(scope.services), scope.chart_segments())
+    sums = series_repo.sums_by_model(
+        session, only_service(scope.services), scope.chart_segments(), ("prompt_tokens",)
+    )
+    tokens = {m: s["prompt_tokens"] for m, s in sums.items()}
     if scope.model is not None:
         tokens = {m: n for m, n in tokens.items() if m == scope.model}
     if not tokens:
