@@ -51,6 +51,10 @@ def _magnitude(amount: float) -> str:
     form (`repr`): 1650.5 is 1,651 and 2.675 is 2.68, where binary floats and
     round-half-even give 1,650 and 2.67. The thresholds are what rounds up to the
     next form: 99.995 is `$100`, 999,999.5 is `$1.00M`."""
+    if 0.01 <= amount < 99.99 and not _cent_tie(amount):
+        # Cents well inside their form, no half cent to round: the float's own
+        # rounding is the same, at a fifth of the cost (a chart's 14,000 hover texts).
+        return f"${amount:.2f}"
     exact = Decimal(repr(amount))
     if exact == 0:
         return "$0"
@@ -61,6 +65,13 @@ def _magnitude(amount: float) -> str:
     if exact < Decimal("999999.5"):
         return f"${exact.quantize(Decimal(1), ROUND_HALF_UP):,.0f}"
     return "$" + _scaled(exact)
+
+
+def _cent_tie(amount: float) -> bool:
+    """Whether the shortest decimal form of `amount` ends exactly on a half cent
+    (`2.675`), where half away from zero and the float's rounding may differ."""
+    text = repr(amount)
+    return "e" not in text and len(text) - text.find(".") == 4 and text.endswith("5")
 
 
 def _scaled(exact: Decimal) -> str:

@@ -1,6 +1,8 @@
 """Dollars for people: one format for Slack, the CLI and the dashboard."""
 
 import math
+import random
+from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 
@@ -67,3 +69,16 @@ def test_text_stays_short_whatever_the_amount() -> None:
     for exponent in range(-12, 309):
         for mantissa in (1.0, 4.99, 9.999):
             assert len(usd(-mantissa * 10.0**exponent, signed=True)) <= 12, exponent
+
+
+def test_cents_round_half_away_from_zero_from_the_shortest_form() -> None:
+    """The float's own rounding (the fast path) agrees with half away from zero
+    from the shortest decimal form everywhere in the cents range, ties included."""
+    rng = random.Random(7)
+    amounts = [rng.uniform(0.005, 99.995) for _ in range(20_000)]
+    amounts += [round(a, 3) for a in amounts[:5_000]]  # many exact half cents
+    amounts += [0.005, 0.015, 1.005, 2.675, 99.985, 99.99, 99.994999]
+    for amount in amounts:
+        exact = Decimal(repr(amount)).quantize(Decimal("0.01"), ROUND_HALF_UP)
+        expected = "$100" if exact >= 100 else f"${exact:,.2f}"
+        assert usd(amount) == expected, amount
