@@ -7,8 +7,10 @@ from pydantic import BaseModel
 from service.api.patterns import RFC3339, TS_TEXT, anchored
 from service.ingest.body import GZIP_ENCODINGS, PLAIN_ENCODINGS
 from service.ingest.otlp import MEDIA_TYPES as OTLP_MEDIA_TYPES
+from service.ingest.records import MAX_TTL_S
 from service.ingest.timestamps import EPOCH_NUMBER_RANGES, MAX_YEAR, MIN_YEAR
 from service.services.events import REQUIRED_BY_KIND, EventIn, EventKind
+from service.usage_row import TEXT_FIELDS_BY_NAME
 
 
 class RecordError(BaseModel):
@@ -253,6 +255,11 @@ USAGE_RECORD_SCHEMA: dict[str, Any] = {
         "prefix_hash": _strings(200),
         "prefix_tokens": {"type": "integer", "minimum": 0},
         "session_id": _strings(200),
+        # Contract section 1's managed-provider fields, with the stored limits.
+        "cache_write_tokens": {"type": "integer", "minimum": 0},
+        "cache_ttl_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TTL_S},
+        "provider": _strings(TEXT_FIELDS_BY_NAME["provider"].max_length),
+        "scenario": _strings(TEXT_FIELDS_BY_NAME["scenario"].max_length),
         "attributes": {
             "type": "object",
             "maxProperties": 32,
