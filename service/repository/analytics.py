@@ -42,7 +42,6 @@ USAGE_FRAME_SCHEMA: dict[str, Any] = {
     "cache_write_tokens": pl.Int64,
     "cache_ttl_s": pl.Float64,
     "provider": pl.Utf8,
-    "scenario": pl.Utf8,
 }
 
 
