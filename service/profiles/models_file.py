@@ -186,6 +186,8 @@ def _describe(error: Any) -> str:
         return f"unknown key `{key}` in {where} (allowed: {allowed})"
     if error["type"] == "missing":
         return f"{where} has no `{key}`"
+    if error["type"] in ("list_type", "model_type") and key == RULES_KEY:
+        return f"`{RULES_KEY}` must be tables: write each rule under a `[[{RULES_KEY}]]` header"
     message = str(error["msg"]).removeprefix("Value error, ")
     return f"`{key}` = {error['input']!r} in {where}: {message}"
 

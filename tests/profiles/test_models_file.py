@@ -105,6 +105,13 @@ def test_an_unknown_table_names_its_header(tmp_path: Path) -> None:
     assert "unknown key `models` in the file (allowed: [[model]])" in str(error)
 
 
+@pytest.mark.parametrize("text", ["model = 3\n", "[model]\nmatch = 'x'\n", "model = [1]\n"])
+def test_rules_that_are_not_tables_are_refused(tmp_path: Path, text: str) -> None:
+    error = refusal(tmp_path, "# rules\n" + text)
+    assert error.line == 2
+    assert "`model` must be tables: write each rule under a `[[model]]` header" in str(error)
+
+
 def test_every_error_is_listed_the_first_line_first(tmp_path: Path) -> None:
     text = '[[model]]\nmatch = "a"\nttl_s = -1\n\n[[model]]\nmatch = "b"\nbogus = 1\n'
     error = refusal(tmp_path, text)
