@@ -67,6 +67,26 @@ class Settings(BaseSettings):
     alerts_max_attempts: int = Field(8, ge=1)
     # Alerts due together go out as one digest of at most this many.
     alerts_digest_max: int = Field(10, ge=1, le=40)
+    # Findings (contract section 5b, docs/findings.md): a finding is reported when it
+    # affects at least `finding_min_share` of its (service, model)'s prompt tokens.
+    finding_min_share: float = Field(0.02, ge=0, le=1)
+    # volatile_segment: more than this share of a segment's hashes in an hour are
+    # distinct, in an hour where at least `finding_volatile_min_requests` carried it.
+    finding_volatile_share: float = Field(0.5, ge=0, lt=1)
+    finding_volatile_min_requests: int = Field(8, ge=2)
+    # template_drift: variants used side by side in at least this share of the hours,
+    # each by at least `finding_drift_variant_share` of the requests carrying the
+    # part; without norm_hash, 2 to `finding_drift_max_variants` variants whose token
+    # counts are within `finding_drift_token_tolerance` of each other.
+    finding_drift_hours: float = Field(0.25, gt=0, le=1)
+    finding_drift_variant_share: float = Field(0.05, gt=0, lt=0.5)
+    finding_drift_max_variants: int = Field(10, ge=2)
+    finding_drift_token_tolerance: float = Field(0.01, ge=0, lt=1)
+    # history_rewrite: at least this share of continuing session requests rewrite.
+    finding_rewrite_share: float = Field(0.20, gt=0, le=1)
+    # eviction: the KV budget reported is where the capacity curve reaches this
+    # share of the ceiling.
+    finding_ceiling_target: float = Field(0.95, gt=0, le=1)
 
     @model_validator(mode="after")
     def _one_body_fits_the_inflight_budget(self) -> "Settings":
