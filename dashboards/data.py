@@ -17,7 +17,10 @@ from dashboards.cache import ReplayCache
 from dashboards.capacity_figure import Budget, capacity_figure
 from dashboards.filters import RawFilters, View, format_duration, resolve
 from dashboards.markers import Markers, markers_from
+from service.alerts.money import usd_per_day
+from service.alerts.wording import duration, pct
 from service.analytics.definitions import REWARM_COLUMNS, dollars, ratios
+from service.findings import MISSING_DATA, Finding, FindingsResult
 from service.rfc3339 import us_to_rfc3339
 from service.services import dashboard
 from service.services.events import event_to_json
@@ -35,6 +38,12 @@ FINGERPRINT_HINT = (
     "Send `block_hashes` (with `block_size`) or `prefix_hash` (with `prefix_tokens`) "
     "in each usage record to see what could have been cached."
 )
+#: docs/fingerprint.md (how to send `segments`, `block_hashes`, `prefix_hash`), as the
+#: dashboard serves it.
+FINGERPRINT_DOCS = {"title": "docs/fingerprint.md", "href": "/docs/fingerprint.md"}
+#: The missing data (codes of MISSING_DATA) whose fields the fingerprint docs explain.
+DOCUMENTED_MISSING = {"segments": FINGERPRINT_DOCS, "fingerprints": FINGERPRINT_DOCS}
+NO_RECORDS = "No usage records for these filters in this range."
 
 
 @dataclass(frozen=True)
@@ -95,8 +104,7 @@ def series_notes(
 ) -> dict[str, str | None]:
     """Per panel, what is missing and what to send to get it (None: nothing)."""
     if not any(b["requests"] for b in buckets):
-        nothing = "No usage records for these filters in this range."
-        return dict.fromkeys(("hit_rate", "rewarms", "ttft", "replicas", "cost"), nothing)
+        return dict.fromkeys(("hit_rate", "rewarms", "ttft", "replicas", "cost"), NO_RECORDS)
     fingerprinted = any(b["fingerprinted_requests"] for b in buckets)
     has_ttft = any(b["ttft_ms"][o]["p50"] is not None for b in buckets for o in ("hit", "miss"))
     total = sum(b["rewarms"]["total"] for b in buckets)
@@ -327,4 +335,56 @@ def tables_payload(session: Session, settings: Settings, ctx: Context) -> dict[s
             ),
             "prefixes": None if prefixes else "No fingerprinted requests. " + FINGERPRINT_HINT,
         },
+    }
+
+
+def finding_row(finding: Finding) -> dict[str, Any]:
+    """One row of the findings panel: the finding's contract JSON and its dollars a
+    day worded (`$360/day`, `no prices`)."""
+    return {**finding.as_json(), "cost": usd_per_day(finding.wasted_usd_per_day)}
+
+
+def missing_line(code: str) -> dict[str, Any]:
+    """What to send for the kinds a range cannot show (a MISSING_DATA sentence), with
+    the docs that explain the field when there are."""
+    text = MISSING_DATA[code]
+    return {
+        "code": code,
+        "text": text[:1].upper() + text[1:] + ".",
+        "docs": DOCUMENTED_MISSING.get(code),
+    }
+
+
+def findings_words(result: FindingsResult, min_share: float) -> dict[str, Any]:
+    """The panel's line under its title, its note (no records; no finding) and what
+    the records lack. Without records nothing is said to be missing: the other panels
+    and the onboarding already say what to send."""
+    has_data = result.days > 0
+    share = pct(min_share)
+    sub = (
+        "Anti-patterns in this range's traffic, whether or not anything changed, each "
+        f"affecting at least {share} of the prompt tokens of its service and model; "
+        "worst first, per day"
+    )
+    if has_data:
+        sub += f" of the range's {duration(result.days * dashboard.DAY_S)} of data"
+    note = None
+    if not has_data:
+        note = NO_RECORDS
+    elif not result.findings:
+        note = f"No anti-pattern affects {share} or more of the prompt tokens."
+    return {
+        "sub": sub + ".",
+        "note": note,
+        "missing": [missing_line(code) for code in result.missing] if has_data else [],
+    }
+
+
+def findings_payload(session: Session, settings: Settings, ctx: Context) -> dict[str, Any]:
+    """The findings panel: the anti-patterns of the view (service, model, range),
+    worst first, each with its evidence and fix, and what the range's records lack."""
+    result = dashboard.read_findings(session, settings, ctx.selection, ctx.window)
+    return {
+        "findings": [finding_row(f) for f in result.findings],
+        **findings_words(result, settings.finding_min_share),
     }

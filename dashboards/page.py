@@ -22,6 +22,10 @@ STATIC_FILES = {
     "dashboard.css": (STATIC_DIR / "dashboard.css", "text/css; charset=utf-8"),
     "plotly.min.js": (PLOTLY_JS, "text/javascript; charset=utf-8"),
 }
+#: The docs the page links to, served as text from the repository's docs/ (a server
+#: installed without them answers 404 naming the file to read instead).
+DOCS_DIR = HERE.parent / "docs"
+DOCS = ("fingerprint.md",)
 RANGES: tuple[tuple[str, str], ...] = (
     ("1h", "last hour"),
     ("6h", "6 hours"),

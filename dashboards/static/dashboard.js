@@ -258,9 +258,72 @@
     setNote("prefixes", data.notes.prefixes);
   }
 
+  // What a finding is, for keeping it open across a refresh.
+  function findingKey(f) {
+    return [f.kind, f.service, f.model, f.segment || "", f.group ? f.group.by + "=" + f.group.value : ""].join("\u0000");
+  }
+
+  function loadFindingRows(rows) {
+    const list = document.getElementById("findings");
+    const open = new Set(Array.from(list.querySelectorAll("details[open]"), (d) => d.dataset.key));
+    list.replaceChildren();
+    for (const f of rows) {
+      const item = el("details", null, "finding");
+      item.dataset.kind = f.kind;
+      item.dataset.key = findingKey(f);
+      item.open = open.has(item.dataset.key);
+      const summary = el("summary");
+      summary.appendChild(el("span", f.kind, "kind mono"));
+      summary.appendChild(el("span", f.service + " · " + f.model + (f.group ? " (" + f.group.by + " " + f.group.value + ")" : "")));
+      summary.appendChild(el("span", f.segment === null ? "–" : f.segment, "segment mono"));
+      summary.appendChild(el("span", pct(f.share_of_prompt_tokens), "num share"));
+      summary.appendChild(el("span", count(f.wasted_tokens_per_day), "num tokens"));
+      summary.appendChild(el("span", f.cost, "num cost"));
+      summary.appendChild(el("span", f.since.replace("T", " ").replace("Z", ""), "since"));
+      item.appendChild(summary);
+      const details = el("div", null, "finding-body");
+      const evidence = el("ul", null, "evidence");
+      for (const line of f.evidence) evidence.appendChild(el("li", line));
+      details.appendChild(evidence);
+      const fix = el("p", null, "fix");
+      fix.appendChild(el("strong", "Fix: "));
+      fix.appendChild(document.createTextNode(f.fix));
+      details.appendChild(fix);
+      item.appendChild(details);
+      list.appendChild(item);
+    }
+    document.getElementById("findings-head").hidden = !rows.length;
+  }
+
+  // Each line says what to send; the server gives the docs' address (its own page).
+  function loadMissing(lines) {
+    const list = document.getElementById("findings-missing");
+    list.replaceChildren();
+    for (const line of lines) {
+      const item = el("li", line.text);
+      if (line.docs) {
+        item.appendChild(document.createTextNode(" ("));
+        const link = el("a", line.docs.title);
+        link.href = line.docs.href;
+        item.appendChild(link);
+        item.appendChild(document.createTextNode(")"));
+      }
+      list.appendChild(item);
+    }
+    list.hidden = !lines.length;
+  }
+
+  async function loadFindings() {
+    const { data } = await getJSON("/dashboard/data/findings");
+    document.getElementById("findings-sub").textContent = data.sub;
+    loadFindingRows(data.findings);
+    setNote("findings", data.note);
+    loadMissing(data.missing);
+  }
+
   async function loadAll() {
     const started = performance.now();
-    const results = await Promise.allSettled([loadSeries(), loadCapacity(), loadTables()]);
+    const results = await Promise.allSettled([loadSeries(), loadCapacity(), loadTables(), loadFindings()]);
     const failed = results.filter((r) => r.status === "rejected");
     for (const failure of failed) {
       const line = document.getElementById("view-line");

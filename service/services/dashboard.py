@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from service.analytics.capacity import capacity_curve
 from service.analytics.definitions import REWARM_COLUMNS
+from service.findings import FindingsResult
 from service.models import ChangeEvent, Regression
 from service.repository import dashboard as dashboard_repo
 from service.repository import detection as detection_repo
@@ -30,7 +31,9 @@ from service.repository.series import Segment
 from service.rfc3339 import us_to_rfc3339
 from service.rollups import chart
 from service.services.analytics_pass import PREFIX_GRAINS_S
+from service.services.findings import findings
 from service.services.series import SeriesAnswer, SeriesQuery, plan, series
+from service.settings import Settings
 
 DAY_S = 86_400
 #: The sums the headline needs, for the range and the one before it.
@@ -286,6 +289,24 @@ def read_tables(
         session, scope_of(selection, window.model, window.from_us, window.to_us), top_count
     )
     return TablesReading(regressions, states, prefixes)
+
+
+def read_findings(
+    session: Session, settings: Settings, selection: Selection, window: Window
+) -> FindingsResult:
+    """The findings panel's read: the findings of the view's service and model over
+    its range, as `GET /v1/findings` answers them (worst first); nothing selected
+    reads nothing."""
+    if not selection.services:
+        return FindingsResult([], [], 0.0)
+    return findings(
+        session,
+        settings,
+        service=window.service,
+        model=window.model,
+        from_us=window.from_us,
+        to_us=window.to_us,
+    )
 
 
 def capacity_model(session: Session, selection: Selection, window: Window) -> str | None:

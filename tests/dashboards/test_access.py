@@ -21,6 +21,7 @@ READ_PATHS = [
     "/dashboard/data/series",
     "/dashboard/data/tables",
     "/dashboard/data/capacity",
+    "/dashboard/data/findings",
     "/v1/metrics",
     "/v1/regressions",
     "/v1/events",
@@ -143,6 +144,9 @@ def test_empty_state_says_what_to_send(public_client: TestClient) -> None:
     assert "block_hashes" in tables["notes"]["prefixes"]
     capacity = public_client.get("/dashboard/data/capacity").json()
     assert capacity["figure"] is None and capacity["note"]
+    findings = public_client.get("/dashboard/data/findings").json()
+    assert findings["findings"] == [] and findings["missing"] == []
+    assert findings["note"] == series["notes"]["hit_rate"]
 
 
 def test_user_strings_are_escaped_in_the_page(
@@ -168,10 +172,24 @@ def test_bad_filters_are_explained(client: TestClient, read_headers: dict[str, s
     long = client.get("/dashboard/data/series?service=" + "x" * 101, headers=read_headers)
     assert long.status_code == 422
     # A NUL matches no stored text (and PostgreSQL refuses it): refused, never a 500.
-    for path in ("series?service=%00", "tables?model=a%00", "capacity?model=%00"):
+    for path in (
+        "series?service=%00",
+        "tables?model=a%00",
+        "capacity?model=%00",
+        "findings?service=%00",
+    ):
         answer = client.get(f"/dashboard/data/{path}", headers=read_headers)
         assert answer.status_code == 422 and "NUL" in answer.json()["detail"], path
     assert client.get("/?service=%00", headers=read_headers).status_code == 400
+
+
+def test_the_fingerprint_docs_the_page_links_to_are_served_as_text(client: TestClient) -> None:
+    answer = client.get("/docs/fingerprint.md")
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/plain")
+    assert answer.text.startswith("# Sending prefix fingerprints")
+    for other in ("../README.md", "dashboard.md", "%2e%2e%2fREADME.md"):
+        assert client.get(f"/docs/{other}").status_code == 404, other
 
 
 def test_plotly_js_is_served_from_the_installed_package(client: TestClient) -> None:

@@ -85,7 +85,7 @@ def test_a_sample_that_is_not_a_record_id_is_refused(
         {"from": "2099-12-31T23:59:59-14:00"},
     ],
 )
-@pytest.mark.parametrize("panel", ["series", "tables", "capacity"])
+@pytest.mark.parametrize("panel", ["series", "tables", "capacity", "findings"])
 def test_ranges_at_the_ends_of_time_are_answered_or_422(
     client: TestClient,
     ingest_headers: dict[str, str],

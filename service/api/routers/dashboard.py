@@ -291,6 +291,19 @@ def tables_data(request: Request, session: SessionDep, settings: SettingsDep) ->
     )
 
 
+@router.get("/dashboard/data/findings", dependencies=[ReadAuth, CaughtUp])
+def findings_data(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
+    """The findings of the view (contract section 5b), worst first, or what the
+    range's records lack for them. Its own request: the other panels never wait
+    for it."""
+    return _cached(
+        request,
+        session,
+        "findings",
+        lambda: data.findings_payload(session, settings, _context(request, session)),
+    )
+
+
 _CACHE_LOCK = threading.Lock()
 T = TypeVar("T")
 
@@ -306,6 +319,22 @@ def _app_cache(request: Request, name: str, kind: Callable[[], T]) -> T:
 
 
 # --- static files --------------------------------------------------------------------
+
+
+@router.get("/docs/{name}")
+def doc_file(name: str) -> Response:
+    """A doc the page links to, as plain text (Markdown reads as it is)."""
+    if name not in page.DOCS:
+        raise HTTPException(404, "no such doc")
+    path = page.DOCS_DIR / name
+    if not path.is_file():
+        raise HTTPException(
+            404, f"this server was installed without its docs: read docs/{name} in cachewatch"
+        )
+    return PlainTextResponse(
+        path.read_text(encoding="utf-8"),
+        headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"},
+    )
 
 
 @cache
