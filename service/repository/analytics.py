@@ -35,6 +35,7 @@ USAGE_FRAME_SCHEMA: dict[str, Any] = {
     "replica": pl.Utf8,
     "deploy": pl.Utf8,
     "session_id": pl.Utf8,
+    "cache_key": pl.Utf8,
     "block_size": pl.Int64,
     "block_hashes": pl.Binary,
     "prefix_key": pl.Int64,
