@@ -425,8 +425,9 @@ def _rewarm_causes(
     rows: _Rows, occ: Occurrences, ts: I64, run: I64, rw: I64, profile: _Profile, w_us: int
 ) -> tuple[np.ndarray, I64]:
     """The cause code of each request (0 where `rw`, the rewarms, does not list
-    it) and its gap to that carrier (0 likewise), the first that holds in the order of CAUSES, judged at its deepest seen
-    block against the most recent earlier carrier: a prompt under the profile's
+    it) and its gap to that carrier (0 likewise): the first cause that holds in the
+    order of CAUSES, judged at its deepest seen block against the most recent
+    earlier carrier: a prompt under the profile's
     minimum (below_minimum); that carrier still in prefill (concurrent); it started
     more than the TTL before (expiry: an integer gap against ttl_s * 1e6, as the
     reference compares); else no replica given (unknown); else whether the
