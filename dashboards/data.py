@@ -12,11 +12,11 @@ import plotly.graph_objects as go
 from sqlalchemy.orm import Session
 
 from dashboards import costs, figures
-from dashboards.budget import parse_budget
 from dashboards.cache import ReplayCache
 from dashboards.capacity_figure import Budget, capacity_figure
 from dashboards.filters import RawFilters, View, format_duration, resolve
 from dashboards.markers import Markers, markers_from
+from service.analytics.budget import parse_budget
 from service.analytics.definitions import REWARM_COLUMNS, dollars, ratios
 from service.rfc3339 import us_to_rfc3339
 from service.services import dashboard
