@@ -4,10 +4,18 @@ when the records lack the fields a kind needs."""
 
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
 
 from dashboards.data import FINGERPRINT_DOCS, finding_row, findings_words
+from service.alerts.money import usd_per_day
+from service.api.app import create_app
 from service.findings import MISSING_DATA, Finding, FindingsResult
+from service.settings import Settings
+from tests.dashboards.helpers import CACHED_USD, INPUT_USD
+from tests.services import findings_traffic
+from tests.services.traffic import store
 
 
 def finding(**changes: Any) -> Finding:
@@ -59,3 +67,131 @@ def test_the_words_say_what_is_missing_and_link_the_fingerprint_docs() -> None:
 def test_the_linked_docs_are_served(client: TestClient) -> None:
     answer = client.get(FINGERPRINT_DOCS["href"])
     assert answer.status_code == 200 and "`segments`" in answer.text
+
+
+def as_service(records: list[dict[str, Any]], service: str) -> list[dict[str, Any]]:
+    """The records sent by another service (their own request ids)."""
+    return [r | {"service": service, "request_id": f"{service}-{r['request_id']}"} for r in records]
+
+
+def findings_of(client: TestClient, **params: str) -> dict[str, Any]:
+    answer = client.get("/dashboard/data/findings", params=params)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+@pytest.fixture
+def reader(priced_client: TestClient, read_headers: dict[str, str]) -> TestClient:
+    """The dashboard app pricing model `m`, with a read token."""
+    priced_client.headers.update(read_headers)
+    return priced_client
+
+
+@pytest.fixture
+def two_services(session: Session) -> None:
+    """`assistant` renders its system prompt two ways (scenarios web-chat and
+    api-agent); `search` puts a timestamp in its system prompt. Model `m` is priced
+    (the dashboard tests' models file)."""
+    store(session, findings_traffic.template_drift())
+    store(session, as_service(findings_traffic.volatile_segment(), "search"))
+    session.commit()
+
+
+@pytest.mark.usefixtures("two_services")
+def test_the_panel_lists_the_views_findings_worst_first_as_the_api_answers_them(
+    reader: TestClient,
+) -> None:
+    payload = findings_of(reader)
+    rows = payload["findings"]
+    assert [(r["kind"], r["service"], r["segment"]) for r in rows] == [
+        ("volatile_segment", "search", "system"),
+        ("template_drift", "assistant", "system"),
+    ]
+    wasted = [r["wasted_tokens_per_day"] for r in rows]
+    assert wasted == sorted(wasted, reverse=True) and wasted[-1] > 0
+    # The same findings as GET /v1/findings over the view's range, their dollars worded.
+    api = reader.get(
+        "/v1/findings",
+        params={"from": rows[0]["since"], "to": "2099-01-01T00:00:00Z"},
+    ).json()
+    assert [{k: v for k, v in r.items() if k != "cost"} for r in rows] == api
+    for row in rows:
+        assert row["wasted_usd_per_day"] > 0  # model m has prices
+        assert row["cost"] == usd_per_day(row["wasted_usd_per_day"])
+        assert row["evidence"] and row["fix"]
+    drift = rows[1]
+    text = "\n".join(drift["evidence"])
+    assert "scenario `web-chat`" in text and "scenario `api-agent`" in text
+    assert 0.3 < drift["share_of_prompt_tokens"] < 0.5
+    # Priced at what a miss costs above a hit on model m (contract section 4a).
+    miss_over_hit = (INPUT_USD - CACHED_USD) / 1e6
+    for row in rows:
+        assert row["wasted_usd_per_day"] == pytest.approx(
+            row["wasted_tokens_per_day"] * miss_over_hit
+        )
+    assert payload["note"] is None
+    # Standalone requests: no sessions; everything else is there.
+    assert [m["code"] for m in payload["missing"]] == ["sessions"]
+    assert payload["missing"][0]["text"].startswith("Send `session_id` to see")
+    assert "at least 2% of the prompt tokens" in payload["sub"]
+
+
+@pytest.mark.usefixtures("two_services")
+def test_the_filters_select_the_findings(
+    reader: TestClient,
+) -> None:
+    assistant = findings_of(reader, service="assistant")
+    assert [(r["kind"], r["service"]) for r in assistant["findings"]] == [
+        ("template_drift", "assistant")
+    ]
+    # A range before the traffic: nothing there, said so.
+    before = findings_of(reader, **{"from": "2025-11-28T00:00:00Z", "to": "2025-11-29T00:00:00Z"})
+    assert before["findings"] == [] and before["missing"] == []
+    assert before["note"] == "No usage records for these filters in this range."
+    unknown = findings_of(reader, model="nobody")
+    assert unknown["findings"] == [] and unknown["note"] == before["note"]
+
+
+def test_with_data_and_no_finding_the_panel_says_so(reader: TestClient, session: Session) -> None:
+    store(session, findings_traffic.healthy())
+    session.commit()
+    payload = findings_of(reader)
+    assert payload["findings"] == [] and payload["missing"] == []
+    assert payload["note"] == "No anti-pattern affects 2% or more of the prompt tokens."
+
+
+def test_the_threshold_is_the_settings(
+    priced_settings: Settings,
+    session_factory: sessionmaker[Session],
+    session: Session,
+    read_headers: dict[str, str],
+) -> None:
+    store(session, findings_traffic.healthy())
+    session.commit()
+    app = create_app(priced_settings.model_copy(update={"finding_min_share": 0.05}))
+    app.state.sessionmaker = session_factory
+    with TestClient(app, headers=read_headers) as client:
+        payload = findings_of(client)
+    assert payload["note"] == "No anti-pattern affects 5% or more of the prompt tokens."
+    assert "at least 5% of the prompt tokens" in payload["sub"]
+
+
+def test_records_without_segments_are_told_to_send_them_with_the_docs(
+    reader: TestClient, session: Session
+) -> None:
+    records = [
+        {k: v for k, v in r.items() if k not in ("segments", "ttft_ms", "replica")}
+        for r in findings_traffic.routing()
+    ]
+    store(session, records)
+    session.commit()
+    payload = findings_of(reader)
+    missing = {m["code"]: m for m in payload["missing"]}
+    assert list(missing) == ["segments", "replicas", "ttft"]
+    assert missing["segments"] == {
+        "code": "segments",
+        "text": "Send `segments` to see which part of the prompt varies.",
+        "docs": {"title": "docs/fingerprint.md", "href": "/docs/fingerprint.md"},
+    }
+    assert missing["replicas"]["docs"] is None
+    assert reader.get(missing["segments"]["docs"]["href"]).status_code == 200
