@@ -176,6 +176,13 @@ def test_html_in_names_shows_as_text_and_runs_nothing(
     assert any(t.startswith('"><img src=x') for t in text), text  # the deploy label
     prefixes = page.locator("#prefixes tbody td").all_text_contents()
     assert any(XSS in cell for cell in prefixes)
+    # The findings panel names the service and model as text.
+    findings = page.locator("#findings details.finding")
+    assert findings.count() >= 1
+    assert findings.first.locator("summary span").nth(1).text_content() == (
+        f"{XSS} · {EVIL_MODEL}"
+    )
+    assert page.locator("#panel-findings b, #panel-findings script").count() == 0
     # Its model has no prices: the card says so, and the cost panel's note names the
     # model, as text, with no chart.
     assert page.text_content("#hl-wasted .value") == "no prices"
