@@ -89,9 +89,17 @@ from .blocks import (
 )
 from .canonical import IMAGE_TOKENS, IMAGE_TOKENS_LOW, canonical_json
 from .divergence import explain_divergence
+from .normalize import (
+    ALL_RENDERINGS,
+    Rendering,
+    normalize,
+    normalized_json,
+    rendering_difference,
+)
 from .results import Divergence, Hint, HintCode
 
 __all__ = [
+    "ALL_RENDERINGS",
     "BYTES_PER_TOKEN",
     "DEFAULT_BLOCK_SIZE",
     "IMAGE_TOKENS",
@@ -103,10 +111,14 @@ __all__ = [
     "Hint",
     "HintCode",
     "RecordFields",
+    "Rendering",
     "SegmentFields",
     "Tokenizer",
     "canonical_json",
     "explain_divergence",
     "fingerprint",
+    "normalize",
+    "normalized_json",
+    "rendering_difference",
     "serialize_request",
 ]
