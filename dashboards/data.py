@@ -42,6 +42,8 @@ FINGERPRINT_HINT = (
 #: docs/fingerprint.md (how to send `segments`, `block_hashes`, `prefix_hash`), as the
 #: dashboard serves it.
 FINGERPRINT_DOCS = {"title": "docs/fingerprint.md", "href": "/docs/fingerprint.md"}
+#: docs/findings.md (what each kind of finding means and how it is measured).
+FINDINGS_DOCS = {"title": "docs/findings.md", "href": "/docs/findings.md"}
 #: The missing data (codes of MISSING_DATA) whose fields the fingerprint docs explain.
 DOCUMENTED_MISSING = {"segments": FINGERPRINT_DOCS, "fingerprints": FINGERPRINT_DOCS}
 NO_RECORDS = "No usage records for these filters in this range."
@@ -388,4 +390,5 @@ def findings_payload(session: Session, settings: Settings, ctx: Context) -> dict
     return {
         "findings": [finding_row(f) for f in result.findings],
         **findings_words(result, settings.finding_min_share),
+        "docs": FINDINGS_DOCS,
     }

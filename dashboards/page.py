@@ -25,7 +25,7 @@ STATIC_FILES = {
 #: The docs the page links to, served as text from the repository's docs/ (a server
 #: installed without them answers 404 naming the file to read instead).
 DOCS_DIR = HERE.parent / "docs"
-DOCS = ("fingerprint.md",)
+DOCS = ("fingerprint.md", "findings.md")
 RANGES: tuple[tuple[str, str], ...] = (
     ("1h", "last hour"),
     ("6h", "6 hours"),

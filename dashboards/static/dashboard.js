@@ -316,6 +316,10 @@
   async function loadFindings() {
     const { data } = await getJSON("/dashboard/data/findings");
     document.getElementById("findings-sub").textContent = data.sub;
+    const docs = document.getElementById("findings-docs");
+    docs.textContent = "What each kind means: " + data.docs.title;
+    docs.href = data.docs.href;
+    docs.hidden = false;
     loadFindingRows(data.findings);
     setNote("findings", data.note);
     loadMissing(data.missing);

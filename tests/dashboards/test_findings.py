@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from dashboards.data import FINGERPRINT_DOCS, finding_row, findings_words
+from dashboards.data import FINDINGS_DOCS, FINGERPRINT_DOCS, finding_row, findings_words
 from service.alerts.money import usd_per_day
 from service.api.app import create_app
 from service.findings import MISSING_DATA, Finding, FindingsResult
@@ -67,6 +67,8 @@ def test_the_words_say_what_is_missing_and_link_the_fingerprint_docs() -> None:
 def test_the_linked_docs_are_served(client: TestClient) -> None:
     answer = client.get(FINGERPRINT_DOCS["href"])
     assert answer.status_code == 200 and "`segments`" in answer.text
+    answer = client.get(FINDINGS_DOCS["href"])
+    assert answer.status_code == 200 and "`template_drift`" in answer.text
 
 
 def as_service(records: list[dict[str, Any]], service: str) -> list[dict[str, Any]]:
@@ -89,10 +91,11 @@ def reader(priced_client: TestClient, read_headers: dict[str, str]) -> TestClien
 
 @pytest.fixture
 def two_services(session: Session) -> None:
-    """`assistant` renders its system prompt two ways (scenarios web-chat and
-    api-agent); `search` puts a timestamp in its system prompt. Model `m` is priced
-    (the dashboard tests' models file)."""
-    store(session, findings_traffic.template_drift())
+    """`assistant` (scenario web-chat) and `agent` (scenario api-agent) send the
+    same system prompt (one `norm_hash`) rendered two ways; `search` puts a timestamp
+    in its system prompt. Model `m` is priced (the dashboard tests' models file)."""
+    drift = findings_traffic.template_drift()
+    store(session, [r | {"service": "agent"} if r["scenario"] == "api-agent" else r for r in drift])
     store(session, as_service(findings_traffic.volatile_segment(), "search"))
     session.commit()
 
@@ -105,7 +108,7 @@ def test_the_panel_lists_the_views_findings_worst_first_as_the_api_answers_them(
     rows = payload["findings"]
     assert [(r["kind"], r["service"], r["segment"]) for r in rows] == [
         ("volatile_segment", "search", "system"),
-        ("template_drift", "assistant", "system"),
+        ("template_drift", "agent", "system"),
     ]
     wasted = [r["wasted_tokens_per_day"] for r in rows]
     assert wasted == sorted(wasted, reverse=True) and wasted[-1] > 0
@@ -120,9 +123,13 @@ def test_the_panel_lists_the_views_findings_worst_first_as_the_api_answers_them(
         assert row["cost"] == usd_per_day(row["wasted_usd_per_day"])
         assert row["evidence"] and row["fix"]
     drift = rows[1]
+    # Found across the model's services: the one sending the minority rendering has
+    # it on every request; the evidence names who sends each variant.
     text = "\n".join(drift["evidence"])
-    assert "scenario `web-chat`" in text and "scenario `api-agent`" in text
-    assert 0.3 < drift["share_of_prompt_tokens"] < 0.5
+    assert "the same `norm_hash`" in text
+    assert "sent by `assistant` (scenario `web-chat`)" in text
+    assert "sent by `agent` (scenario `api-agent`)" in text
+    assert drift["share_of_prompt_tokens"] == 1.0
     # Priced at what a miss costs above a hit on model m (contract section 4a).
     miss_over_hit = (INPUT_USD - CACHED_USD) / 1e6
     for row in rows:
@@ -140,10 +147,12 @@ def test_the_panel_lists_the_views_findings_worst_first_as_the_api_answers_them(
 def test_the_filters_select_the_findings(
     reader: TestClient,
 ) -> None:
+    agent = findings_of(reader, service="agent")
+    assert [(r["kind"], r["service"]) for r in agent["findings"]] == [("template_drift", "agent")]
+    # The most used rendering is no finding of its sender.
     assistant = findings_of(reader, service="assistant")
-    assert [(r["kind"], r["service"]) for r in assistant["findings"]] == [
-        ("template_drift", "assistant")
-    ]
+    assert assistant["findings"] == []
+    assert assistant["note"] == "No anti-pattern affects 2% or more of the prompt tokens."
     # A range before the traffic: nothing there, said so.
     before = findings_of(reader, **{"from": "2025-11-28T00:00:00Z", "to": "2025-11-29T00:00:00Z"})
     assert before["findings"] == [] and before["missing"] == []
