@@ -179,9 +179,7 @@ def test_html_in_names_shows_as_text_and_runs_nothing(
     # The findings panel names the service and model as text.
     findings = page.locator("#findings details.finding")
     assert findings.count() >= 1
-    assert findings.first.locator("summary span").nth(1).text_content() == (
-        f"{XSS} · {EVIL_MODEL}"
-    )
+    assert findings.first.locator("summary span").nth(1).text_content() == f"{XSS} · {EVIL_MODEL}"
     assert page.locator("#panel-findings b, #panel-findings script").count() == 0
     # Its model has no prices: the card says so, and the cost panel's note names the
     # model, as text, with no chart.
