@@ -17,6 +17,7 @@ baseline. Best and median of N runs; the ratio is findings / metrics.
 Goal: GET /v1/findings over 30 days of 1,000,000 requests a day <= 500 ms.
 
     .venv/bin/python bench/findings.py [--days 30] [--per-day 1000000] [--repeat 7]
+        [--keep DIR]
 """
 
 from __future__ import annotations
@@ -134,17 +135,22 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--per-day", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--keep", help="folder for the SQLite database; reused when present")
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="cw-findings-"))
+    folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="cw-findings-"))
+    folder.mkdir(parents=True, exist_ok=True)
     url = f"sqlite:///{folder / 'findings.db'}"
     try:
-        started = time.perf_counter()
-        dashboard_bench.build(url, args.days, args.per_day)
-        rows = add_segments(url, args.days, args.per_day)
-        print(
-            f"built {args.days} days x {args.per_day:,} requests in "
-            f"{time.perf_counter() - started:.0f} s ({rows:,} segment rollup rows)"
-        )
+        if (folder / "findings.db").exists():
+            print("reusing the database built before")
+        else:
+            started = time.perf_counter()
+            dashboard_bench.build(url, args.days, args.per_day)
+            rows = add_segments(url, args.days, args.per_day)
+            print(
+                f"built {args.days} days x {args.per_day:,} requests in "
+                f"{time.perf_counter() - started:.0f} s ({rows:,} segment rollup rows)"
+            )
         with (
             dashboard_bench.server(url, folder / "server.log") as base,
             httpx.Client(base_url=base, timeout=60) as client,
@@ -153,7 +159,8 @@ def main() -> None:
             metrics_ms, _ = timed(client, "/v1/metrics?bucket=1d", args.repeat)
             found = answer.json()
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
     kinds = ", ".join(sorted({f"{f['kind']} {f['service']}/{f['model']}" for f in found}))
     print(f"findings: {len(found)} ({kinds})")
     print(f"GET /v1/findings, first (capacity curves replayed): {findings_ms[0]:7.1f} ms")
