@@ -12,11 +12,12 @@ import plotly.graph_objects as go
 from sqlalchemy.orm import Session
 
 from dashboards import costs, figures
-from dashboards.budget import parse_budget
 from dashboards.cache import ReplayCache
 from dashboards.capacity_figure import Budget, capacity_figure
 from dashboards.filters import RawFilters, View, format_duration, resolve
 from dashboards.markers import Markers, markers_from
+from service.analytics.budget import parse_budget
+from service.analytics.capacity import REPLAY_MAX_REQUESTS
 from service.analytics.definitions import REWARM_COLUMNS, dollars, ratios
 from service.rfc3339 import us_to_rfc3339
 from service.services import dashboard
@@ -26,7 +27,7 @@ from service.settings import Settings
 
 CAPACITY_SIZES = tuple(16384 * 4**i for i in range(6))  # 16Ki .. 16Mi tokens
 #: The capacity replay reads at most this many of the newest requests in the range.
-CAPACITY_MAX_REQUESTS = 20_000
+CAPACITY_MAX_REQUESTS = REPLAY_MAX_REQUESTS
 CAPACITY_WAIT_S = 0.2
 MAX_EVENTS = 500
 TOP_PREFIXES = 20

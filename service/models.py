@@ -222,6 +222,12 @@ class RollupSums:
     wasted_usd_routing: Mapped[float] = _usd()
     wasted_usd_eviction: Mapped[float] = _usd()
     wasted_usd_unknown: Mapped[float] = _usd()
+    # Findings (contract section 5b), added by 20261201_findings.
+    cache_key_requests: Mapped[int] = _late_sum()
+    rewrite_prompt_tokens: Mapped[int] = _late_sum()
+    rewrite_rewarm_tokens: Mapped[int] = _late_sum()
+    rewrite_wasted_usd: Mapped[float] = _usd()
+    rewarms_expiry_2ttl: Mapped[int] = _late_sum()
     ttft_hit: Mapped[bytes | None] = mapped_column(LargeBinary, sort_order=1)
     ttft_miss: Mapped[bytes | None] = mapped_column(LargeBinary, sort_order=1)
 
@@ -313,6 +319,42 @@ class ChartRollup(RollupSums, Base):
         UniqueConstraint("grain_s", "level", "service", "model", "bucket_us"),
         # What the analytics pass deletes and rebuilds: every row from a bucket on.
         Index("ix_chart_rollups_grain_bucket", "grain_s", "bucket_us"),
+    )
+
+
+class SegmentRollup(Base):
+    """Per hour, (service, model, scenario) and static segment (a part of the
+    request's start, before its first `message[...]`) variant: how many requests
+    carried it, their prompt tokens, and the tokens of the static start from the
+    segment on that were not cacheable (`lost_tokens`, what a stable segment would
+    have let them reuse: service.rollups.segments). The evidence of the
+    `volatile_segment` and `template_drift` findings (contract section 5b).
+
+    `hash`/`norm_hash` are the segment's as sent (an int hash as its decimal text).
+    Scenario '' is none. An hour that is over keeps, per (service, model, name),
+    at most `service.rollups.segments.KEEP` variants with their own rows; the rest
+    fold into one row with hash '' whose `folded` counts them (so distinct
+    variants per hour stay exact). Hour grain only."""
+
+    __tablename__ = "segment_rollups"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    bucket_us: Mapped[int] = mapped_column(BigInteger)
+    service: Mapped[str] = mapped_column(String(100))
+    model: Mapped[str] = mapped_column(String(200))
+    scenario: Mapped[str] = mapped_column(String(100))
+    name: Mapped[str] = mapped_column(String(200))
+    hash: Mapped[str] = mapped_column(String(200))
+    norm_hash: Mapped[str | None] = mapped_column(String(200))
+    tokens: Mapped[int] = mapped_column(BigInteger)
+    folded: Mapped[int] = mapped_column(BigInteger, default=0)
+    requests: Mapped[int] = _count()
+    prompt_tokens: Mapped[int] = _count()
+    lost_tokens: Mapped[int] = _count()
+
+    __table_args__ = (
+        UniqueConstraint("bucket_us", "model", "service", "scenario", "name", "hash"),
+        Index("ix_segment_rollups_service_bucket", "service", "bucket_us"),
     )
 
 

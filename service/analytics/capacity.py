@@ -42,6 +42,10 @@ from service.analytics._arrays import (
     unpack_blobs,
 )
 
+#: A bounded replay (the dashboard's figure, the eviction finding) takes the newest
+#: this many requests with block hashes of the model in its range.
+REPLAY_MAX_REQUESTS = 20_000
+
 
 @dataclass(frozen=True)
 class CapacityPoint:

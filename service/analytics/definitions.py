@@ -105,6 +105,31 @@ def _sum_exprs() -> list[pl.Expr]:
         _count_when(pl.col("is_hit")).alias("hits"),
         _count_when(~pl.col("is_hit")).alias("misses"),
         *_cost_exprs(),
+        *_finding_exprs(),
+    ]
+
+
+def _finding_exprs() -> list[pl.Expr]:
+    """The sums the findings of contract section 5b read besides the above:
+    requests that carried a `cache_key` (is routing ignoring one?), the prompt,
+    rewarm tokens and wasted dollars of the history-rewriting requests, and the
+    expiry rewarms whose carrier was at most twice the TTL before (`rewarm_gap_us`
+    against the record's `ttl_s`): the ones a TTL twice as long would have kept."""
+    rewrite = pl.col("history_rewrite")
+    within_2ttl = (pl.col("rewarm_cause") == "expiry") & (
+        pl.col("rewarm_gap_us") <= 2 * pl.col("ttl_s") * 1e6
+    )
+    return [
+        _count_when(pl.col("cache_key").is_not_null()).alias("cache_key_requests"),
+        _count_when(rewrite, pl.col("prompt_tokens")).alias("rewrite_prompt_tokens"),
+        _count_when(rewrite, pl.col("rewarm_tokens")).alias("rewrite_rewarm_tokens"),
+        pl.when(rewrite)
+        .then(pl.col("wasted_usd").fill_null(0.0))
+        .otherwise(0.0)
+        .sum()
+        .cast(pl.Float64)
+        .alias("rewrite_wasted_usd"),
+        _count_when(within_2ttl.fill_null(False)).alias("rewarms_expiry_2ttl"),
     ]
 
 
@@ -132,7 +157,12 @@ SUMS: tuple[pl.Expr, ...] = tuple(_sum_exprs())
 #: Their names: the additive columns of every rollup table, in this order.
 SUM_COLUMNS: tuple[str, ...] = tuple(e.meta.output_name() for e in SUMS)
 #: The sums of dollars (Float64); every other sum is an Int64 count.
-USD_COLUMNS: tuple[str, ...] = ("spend_usd", "wasted_usd", *WASTED_USD_COLUMNS)
+USD_COLUMNS: tuple[str, ...] = (
+    "spend_usd",
+    "wasted_usd",
+    *WASTED_USD_COLUMNS,
+    "rewrite_wasted_usd",
+)
 #: Each sum's Polars type.
 SUM_DTYPES: dict[str, pl.DataType] = {
     c: pl.Float64() if c in USD_COLUMNS else pl.Int64() for c in SUM_COLUMNS

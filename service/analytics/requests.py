@@ -116,6 +116,9 @@ RESULT_SCHEMA: dict[str, pl.DataType] = {
     "rewarm_tokens": pl.Int64(),
     "is_rewarm": pl.Boolean(),
     "rewarm_cause": pl.String(),  # one of CAUSES, null when not a rewarm
+    # A rewarm's gap to the most recent earlier carrier of its deepest seen block
+    # (null when not a rewarm): the pause the expiry finding weighs against the TTL.
+    "rewarm_gap_us": pl.Int64(),
     "history_rewrite": pl.Boolean(),
     # No session_id, or the first request of its session (contract section 5).
     "is_opening": pl.Boolean(),
@@ -197,6 +200,7 @@ def compute_request_metrics(
             "rewarm_tokens": reuse.rewarm_tokens,
             "is_rewarm": reuse.cause > 0,
             "rewarm_cause": cause,
+            "rewarm_gap_us": reuse.gap_us,
             "history_rewrite": rewrite,
             "is_opening": opening,
             "is_hit": is_hit(cached, prompt),
@@ -204,8 +208,11 @@ def compute_request_metrics(
             "first_key_is_prefix": ~has_blocks & has_prefix,
         }
     ).with_columns(
-        pl.when(pl.col("fingerprinted")).then(pl.col(c)).otherwise(None).alias(c)
-        for c in ("first_key", "first_key_is_prefix")
+        *[
+            pl.when(pl.col("fingerprinted")).then(pl.col(c)).otherwise(None).alias(c)
+            for c in ("first_key", "first_key_is_prefix")
+        ],
+        pl.when(pl.col("is_rewarm")).then(pl.col("rewarm_gap_us")).otherwise(None),
     )
     new_state = ReuseState(
         window_us=w_us,
@@ -226,6 +233,7 @@ class _Reuse:
         self.cacheable: I64 = np.zeros(0, dtype=np.int64)
         self.rewarm_tokens: I64 = np.zeros(0, dtype=np.int64)
         self.cause: np.ndarray = np.zeros(0, dtype=np.int8)
+        self.gap_us: I64 = np.zeros(0, dtype=np.int64)  # 0 where not a rewarm
         self.entries: pl.DataFrame = pl.DataFrame(schema=ENTRY_SCHEMA)
 
 
@@ -245,7 +253,7 @@ def _reuse(req: pl.DataFrame, ts: I64, ids: I64, state: ReuseState, w_us: int) -
     cacheable, rewarm_tokens, is_rewarm = _reuse_tokens(req, rows, run)
     out.seen_blocks, out.cacheable, out.rewarm_tokens = run, cacheable, rewarm_tokens
     rw = np.flatnonzero(is_rewarm)
-    out.cause = _rewarm_causes(rows, occ, ts, run, rw, _profile_of(req, rw), w_us)
+    out.cause, out.gap_us = _rewarm_causes(rows, occ, ts, run, rw, _profile_of(req, rw), w_us)
     del occ  # the largest arrays of the pass: gone before the entries are grouped
     out.entries = _next_entries(req, rows, ids, w_us)
     return out
@@ -415,18 +423,21 @@ def _profile_of(req: pl.DataFrame, rw: I64) -> _Profile:
 
 def _rewarm_causes(
     rows: _Rows, occ: Occurrences, ts: I64, run: I64, rw: I64, profile: _Profile, w_us: int
-) -> np.ndarray:
+) -> tuple[np.ndarray, I64]:
     """The cause code of each request (0 where `rw`, the rewarms, does not list
-    it), the first that holds in the order of CAUSES, judged at its deepest seen
-    block against the most recent earlier carrier: a prompt under the profile's
+    it) and its gap to that carrier (0 likewise): the first cause that holds in the
+    order of CAUSES, judged at its deepest seen block against the most recent
+    earlier carrier: a prompt under the profile's
     minimum (below_minimum); that carrier still in prefill (concurrent); it started
     more than the TTL before (expiry: an integer gap against ttl_s * 1e6, as the
     reference compares); else no replica given (unknown); else whether the
     rewarm's own replica carried it within W (eviction) or not (routing)."""
     cause = np.zeros(rows.n_requests, dtype=np.int8)
+    gaps = np.zeros(rows.n_requests, dtype=np.int64)
     deep = _deepest_seen_rows(rows, run, rw)
     last = _previous_sources(occ, deep)
     gap = ts[rw] - rows.src_ts[last]
+    gaps[rw] = gap
     below = profile.below_minimum
     cause[rw[below]] = _BELOW_MINIMUM
     # The most recent earlier carrier was still in prefill (null ttft: NaN, False).
@@ -442,7 +453,7 @@ def _rewarm_causes(
     if ask.any():
         on_replica = _same_replica_within(occ, deep[ask], rows.src_ts, rows.src_rep, w_us)
         cause[rw[ask]] = np.where(on_replica, _EVICTION, _ROUTING)
-    return cause
+    return cause, gaps
 
 
 def _deepest_seen_rows(rows: _Rows, run: I64, rw: I64) -> I64:

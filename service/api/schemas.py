@@ -308,3 +308,19 @@ def json_body(schema: dict[str, Any], max_items: int | None = None) -> dict[str,
     return {
         "requestBody": {"required": True, "content": {"application/json": {"schema": one_or_many}}}
     }
+
+
+class FindingOut(BaseModel):
+    """A finding (contract section 5b): an anti-pattern present in the range."""
+
+    kind: str
+    service: str
+    model: str
+    group: dict[str, str] | None
+    segment: str | None
+    since: str
+    share_of_prompt_tokens: float
+    wasted_tokens_per_day: int
+    wasted_usd_per_day: float | None
+    evidence: list[str]
+    fix: str

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import polars as pl
-from sqlalchemy import Table, func, select
+from sqlalchemy import Table, Text, func, select
+from sqlalchemy import cast as cast_
 from sqlalchemy.orm import Session
 
 from service.analytics.definitions import SUM_DTYPES
@@ -35,6 +36,7 @@ USAGE_FRAME_SCHEMA: dict[str, Any] = {
     "replica": pl.Utf8,
     "deploy": pl.Utf8,
     "session_id": pl.Utf8,
+    "cache_key": pl.Utf8,
     "block_size": pl.Int64,
     "block_hashes": pl.Binary,
     "prefix_key": pl.Int64,
@@ -42,7 +44,16 @@ USAGE_FRAME_SCHEMA: dict[str, Any] = {
     "cache_write_tokens": pl.Int64,
     "cache_ttl_s": pl.Float64,
     "provider": pl.Utf8,
+    "scenario": pl.Utf8,
+    # As JSON text, decoded by whoever reads it (service.rollups.segments), not
+    # turned into Python lists by the driver row by row.
+    "segments": pl.Utf8,
 }
+
+
+def _usage_column(name: str) -> Any:
+    column = USAGE_TABLE.c[name]
+    return cast_(column, Text).label(name) if name == "segments" else column
 
 
 def _frame(rows: Sequence[Any], schema: dict[str, Any]) -> pl.DataFrame:
@@ -62,7 +73,7 @@ def load_usage_frame(
     """Records as the analytics read them, ordered by (ts_us, id)."""
     names = [*USAGE_FRAME_SCHEMA, *extra_columns]
     table = USAGE_TABLE
-    query = select(*[table.c[name] for name in names])
+    query = select(*[_usage_column(name) for name in names])
     if after_id is not None:
         query = query.where(table.c.id > after_id)
     if up_to_id is not None:
@@ -199,7 +210,7 @@ def load_session_seeds(
             .subquery()
         )
         query = (
-            select(*[table.c[n] for n in names])
+            select(*[_usage_column(n) for n in names])
             .join(
                 latest,
                 (table.c.session_id == latest.c.session_id) & (table.c.ts_us == latest.c.ts_us),

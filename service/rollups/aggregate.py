@@ -15,13 +15,24 @@ ROLLUP_KEYS = ["grain_s", "bucket_us", "service", "model", "deploy", "replica"]
 PREFIX_KEYS = ["grain_s", "bucket_us", "service", "model", "first_key", "replica"]
 
 
+#: Record columns the sums read that a record frame may leave out (all null then):
+#: frames built by hand (tests, benches) rather than by the repository.
+OPTIONAL_COLUMNS: dict[str, pl.DataType] = {"cache_key": pl.String(), "ttl_s": pl.Float64()}
+
+
 def join_results(records: pl.DataFrame, results: pl.DataFrame) -> pl.DataFrame:
     """Each record with its per-request values (service.analytics), its costs
     (service.analytics.costs, from the record's price columns if it has them) and
     the two flags the rollup sums are conditioned on: what every rollup below
     aggregates."""
+    missing = [
+        pl.lit(None, dtype).alias(name)
+        for name, dtype in OPTIONAL_COLUMNS.items()
+        if name not in records.columns
+    ]
     joined = (
         records.drop("ts_us")
+        .with_columns(missing)
         .join(results, on="id", how="inner")
         .with_columns(
             (

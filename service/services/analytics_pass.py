@@ -32,7 +32,8 @@ from service.analytics.requests import compute_request_metrics
 from service.analytics.state import UNBOUNDED_US, ReuseState, earliest_late, plan_from
 from service.profiles import Profiles, profiles_for
 from service.repository import retention as retention_repo
-from service.rollups import aggregate
+from service.repository import segments as segments_repo
+from service.rollups import aggregate, segments
 from service.services import chart_rollups
 from service.settings import Settings
 
@@ -77,8 +78,9 @@ def catch_up(session: Session, settings: Settings) -> PassReport:
         recompute_from = _late_from(state, batch)
 
     if recompute_from is None:
+        tail_us = state.watermark[0] if state is not None and state.watermark else None
         results, state = compute_request_metrics(batch, window_s, state)
-        _add_to_rollups(session, batch, results)
+        _add_to_rollups(session, batch, results, segments_from_us=tail_us)
     else:
         assert state is not None or recompute_from == exact_from
         state = _recompute(session, state, recompute_from, high, window_s, profiles)
@@ -134,6 +136,7 @@ def _recompute(
     frame = profiles.annotate(frame)
     results, new_state = compute_request_metrics(frame, window_s, plan_state)
     repository.delete_rollups_from(session, from_us)
+    segments_repo.delete_segment_rollups_from(session, from_us)
     # The daily prefix rows are merged into like the others, so the one holding
     # from_us restarts from its hours before from_us.
     chart_rollups.rebuild_prefix_days(session, from_us)
@@ -143,14 +146,25 @@ def _recompute(
 
 
 def _add_to_rollups(
-    session: Session, records: pl.DataFrame, results: pl.DataFrame, recompute: bool = False
+    session: Session,
+    records: pl.DataFrame,
+    results: pl.DataFrame,
+    recompute: bool = False,
+    segments_from_us: int | None = None,
 ) -> None:
     """Adds the results into the rollups (merging the tail buckets) and, for a
-    forward pass, rebuilds the chart rollups from its first minute on."""
+    forward pass, rebuilds the chart rollups from its first minute on.
+    `segments_from_us`: the previous watermark, whose hour the segment rollups
+    take back too (it may be over now, and be compacted)."""
     if results.is_empty():
         return
     joined = aggregate.join_results(records, results)
     first_bucket_us = int(joined["ts_us"].min())  # type: ignore[arg-type]
+    _add_to_segment_rollups(
+        session,
+        joined,
+        min(first_bucket_us, segments_from_us if segments_from_us is not None else first_bucket_us),
+    )
     for grain in GRAINS_S:
         grain_us = grain * 1_000_000
         start = (first_bucket_us // grain_us) * grain_us
@@ -175,3 +189,17 @@ def _add_to_rollups(
         repository.insert_rollups(session, repository.PREFIX_TABLE, prefix)
     if not recompute:  # a recompute rebuilds the chart rows from its own start
         chart_rollups.rebuild_from(session, (first_bucket_us // 60_000_000) * 60_000_000)
+
+
+def _add_to_segment_rollups(session: Session, joined: pl.DataFrame, from_us: int) -> None:
+    """The batch's static segments merged into the segment rollups from the hour of
+    `from_us` on; the hours before the newest record's are over and compacted
+    (`service.rollups.segments`)."""
+    batch = segments.segment_sums(joined)
+    start = (from_us // _HOUR_US) * _HOUR_US
+    if batch.is_empty() and segments_repo.newest_segment_bucket(session) is None:
+        return
+    tail = segments_repo.take_segment_rollups(session, start)
+    newest_hour = (int(joined["ts_us"].max()) // _HOUR_US) * _HOUR_US  # type: ignore[arg-type]
+    merged = segments.compact(segments.merge([tail, batch]), newest_hour)
+    segments_repo.insert_segment_rollups(session, merged)

@@ -142,6 +142,7 @@ def request_metrics(records: Iterable[Record], window_s: float) -> dict[int, Rec
         rewarm_tokens = max(0, cacheable - cached) if fingerprinted else 0
         is_rewarm = fingerprinted and rewarm_tokens >= max(128, cacheable / 10)
         cause = None
+        gap_us = None
         if is_rewarm:
             deepest = blocks[run - 1]
             q = most_recent(deepest)
@@ -199,6 +200,7 @@ def request_metrics(records: Iterable[Record], window_s: float) -> dict[int, Rec
             "rewarm_tokens": rewarm_tokens,
             "is_rewarm": is_rewarm,
             "rewarm_cause": cause,
+            "rewarm_gap_us": gap_us,
             "history_rewrite": rewrite,
             "is_opening": prev is None,
             "is_hit": cached >= prompt / 2,

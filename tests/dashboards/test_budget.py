@@ -2,7 +2,7 @@
 
 import pytest
 
-from dashboards.budget import parse_budget
+from service.analytics.budget import parse_budget
 
 
 @pytest.mark.parametrize(

@@ -76,9 +76,16 @@ def test_rollup_sums_per_bucket() -> None:
         "cache_write_tokens": 0,
         "priced_requests": 0,
         **dict.fromkeys(USD_COLUMNS, 0.0),
+        # The findings' sums (contract section 5b): no cache keys, no rewrite here.
+        "cache_key_requests": 0,
+        "rewrite_prompt_tokens": 0,
+        "rewrite_rewarm_tokens": 0,
+        "rewarms_expiry_2ttl": 0,
     }
     assert b1["requests"] == 2 and b1["fp_requests"] == 1
     assert b1["hits"] == 1 and b1["history_rewrites"] == 1 and b1["session_requests"] == 1
+    # id 6 rewrote its session's history (600 prompt tokens, none of them seen).
+    assert b1["rewrite_prompt_tokens"] == 600 and b1["rewrite_rewarm_tokens"] == 0
     assert b1["cacheable_tokens"] == 0
 
 

@@ -1,4 +1,5 @@
-"""The current KV budget, told by a `config` event's description.
+"""The current KV budget, told by a `config` event's description (read by the
+dashboard's capacity figure and the eviction finding).
 
 Format (documented in docs/dashboard.md): the description mentions the KV cache
 ("kv", "cache" or "budget", any case) and gives the budget as a number followed by

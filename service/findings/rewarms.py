@@ -1,0 +1,257 @@
+"""The findings read from the hourly rollup sums of each (service, model): the
+rewarm kinds and `history_rewrite` (contract section 5b).
+
+`hours` is one row per (hour, service, model) with the sums of
+`service.analytics.definitions` (the chart rollups of level 0 at the hour grain).
+
+- A rewarm kind (`REWARM_KINDS`: routing, cold_fanout, eviction, expiry,
+  below_minimum) is the rewarms of one cause. It is reported when their rewarm
+  tokens are at least `min_share` of the (service, model)'s prompt tokens; its
+  `wasted_tokens_per_day` is those rewarm tokens per day, exactly, and its dollars
+  the cause's `wasted_usd` per day (section 4a; None without prices).
+- `history_rewrite` holds when at least `rewrite_share` of the continuing session
+  requests rewrote their history; it is reported when the rewriting requests'
+  prompt tokens are at least `min_share` of the (service, model)'s. Its waste is
+  their rewarm tokens (and dollars) per day, as the contract defines it; the tokens
+  an append would have kept are not measured (a rewrite makes them uncacheable, not
+  rewarms) and the evidence says how many prompt tokens the rewriting requests sent.
+
+A day is 24 hours of the scope's own data: from the start of its first hour in
+the range to the end of its last (`Scope.days`). `since` is the start of the first
+hour in which the finding held on that hour's own sums (else its first hour with
+any such tokens)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import polars as pl
+
+from service.alerts.wording import duration, pct
+from service.analytics.definitions import dollars
+from service.findings import fixes
+from service.findings.kinds import REWARM_KINDS, Finding
+from service.findings.thresholds import Thresholds
+
+HOUR_US = 3600 * 1_000_000
+DAY_US = 86_400 * 1_000_000
+
+
+@dataclass(frozen=True)
+class Scope:
+    """One (service, model)'s hours in the range, and their totals."""
+
+    service: str
+    model: str
+    hours: pl.DataFrame  # sorted by bucket_us
+    totals: dict[str, float]
+
+    @property
+    def days(self) -> float:
+        first, last = int(self.hours["bucket_us"][0]), int(self.hours["bucket_us"][-1])
+        return (last + HOUR_US - first) / DAY_US
+
+    def per_day(self, value: float) -> float:
+        return value / self.days
+
+    def usd_per_day(self, column: str) -> float | None:
+        value = dollars(self.totals[column], int(self.totals["priced_requests"]))
+        return None if value is None else value / self.days
+
+    def since(self, part: pl.Expr, whole: pl.Expr, share: float) -> int:
+        """The first hour where part / whole >= share, else the first with part > 0."""
+        hours = self.hours.select("bucket_us", part.alias("part"), whole.alias("whole"))
+        held = hours.filter((pl.col("part") > 0) & (pl.col("part") >= share * pl.col("whole")))
+        if held.is_empty():
+            held = hours.filter(pl.col("part") > 0)
+        return int(held["bucket_us"][0]) if held.height else int(hours["bucket_us"][0])
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What the capacity curve of the scope's model says (`service.analytics.capacity`):
+    the smallest KV budget reaching the target share of the ceiling, over how many
+    of the newest requests, and the budget a `config` event posted (None: none)."""
+
+    needed_tokens: int | None
+    ceiling: float | None
+    target: float
+    requests: int
+    posted_tokens: int | None
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Per scope, what the evidence needs besides the sums."""
+
+    replicas: int = 0
+    ttl_s: float | None = None
+    min_prompt_tokens: int | None = None
+    capacity: Capacity | None = None
+
+
+def scopes(hours: pl.DataFrame) -> list[Scope]:
+    """The (service, model) scopes of the hourly sums, in name order."""
+    if hours.is_empty():
+        return []
+    sums = [c for c in hours.columns if c not in ("bucket_us", "service", "model")]
+    out = []
+    for (service, model), rows in hours.sort("bucket_us").group_by(
+        ["service", "model"], maintain_order=True
+    ):
+        totals = {c: float(rows[c].sum()) for c in sums}
+        out.append(Scope(str(service), str(model), rows, totals))
+    return sorted(out, key=lambda s: (s.service, s.model))
+
+
+def _share(scope: Scope, column: str) -> float:
+    prompt = scope.totals["prompt_tokens"]
+    return scope.totals[column] / prompt if prompt else 0.0
+
+
+def eviction_scopes(all_scopes: list[Scope], thresholds: Thresholds) -> list[Scope]:
+    """The scopes with an eviction finding: the ones whose capacity curve is worth
+    replaying for its evidence."""
+    return [s for s in all_scopes if _share(s, "rewarm_tokens_eviction") >= thresholds.min_share]
+
+
+def rewarm_findings(
+    all_scopes: list[Scope], thresholds: Thresholds, facts: Mapping[tuple[str, str], Facts]
+) -> list[Finding]:
+    found = []
+    for scope in all_scopes:
+        scope_facts = facts.get((scope.service, scope.model), Facts())
+        for kind, cause in REWARM_KINDS.items():
+            tokens = f"rewarm_tokens_{cause}"
+            share = _share(scope, tokens)
+            if share < thresholds.min_share or scope.totals[tokens] <= 0:
+                continue
+            found.append(
+                Finding(
+                    kind=kind,
+                    service=scope.service,
+                    model=scope.model,
+                    since_us=scope.since(
+                        pl.col(tokens), pl.col("prompt_tokens"), thresholds.min_share
+                    ),
+                    share_of_prompt_tokens=share,
+                    wasted_tokens_per_day=round(scope.per_day(scope.totals[tokens])),
+                    wasted_usd_per_day=scope.usd_per_day(f"wasted_usd_{cause}"),
+                    evidence=_rewarm_evidence(kind, scope, scope_facts),
+                    fix=_rewarm_fix(kind, scope, scope_facts),
+                    details={"rewarms": int(scope.totals[f"rewarms_{cause}"])},
+                )
+            )
+        rewrite = _history_rewrite(scope, thresholds)
+        if rewrite is not None:
+            found.append(rewrite)
+    return found
+
+
+def _history_rewrite(scope: Scope, thresholds: Thresholds) -> Finding | None:
+    t = scope.totals
+    continuing, rewrites = t["session_requests"], t["history_rewrites"]
+    share = _share(scope, "rewrite_prompt_tokens")
+    if not continuing or rewrites < thresholds.rewrite_share * continuing:
+        return None
+    if share < thresholds.min_share:
+        return None
+    evidence = [
+        f"{int(rewrites):,} of {int(continuing):,} continuing session requests "
+        f"({pct(rewrites / continuing)}) rewrote their history instead of appending to it: "
+        "their leading blocks in common with the session's previous request cover less "
+        "than 90% of it",
+        f"the rewriting requests sent {int(t['rewrite_prompt_tokens']):,} prompt tokens "
+        f"({pct(share)} of the prompt tokens), "
+        f"{scope.per_day(t['rewrite_prompt_tokens']):,.0f} a day",
+    ]
+    return Finding(
+        kind="history_rewrite",
+        service=scope.service,
+        model=scope.model,
+        since_us=scope.since(
+            pl.col("history_rewrites"), pl.col("session_requests"), thresholds.rewrite_share
+        ),
+        share_of_prompt_tokens=share,
+        wasted_tokens_per_day=round(scope.per_day(t["rewrite_rewarm_tokens"])),
+        wasted_usd_per_day=scope.usd_per_day("rewrite_wasted_usd"),
+        evidence=evidence,
+        fix=fixes.HISTORY_REWRITE,
+        details={"rewrites": int(rewrites), "continuing": int(continuing)},
+    )
+
+
+def _rewarm_fix(kind: str, scope: Scope, facts: Facts) -> str:
+    if kind == "routing":
+        return fixes.routing(scope.totals["cache_key_requests"] > 0)
+    if kind == "cold_fanout":
+        return fixes.COLD_FANOUT
+    if kind == "eviction":
+        return fixes.eviction(facts.capacity.needed_tokens if facts.capacity else None)
+    if kind == "expiry":
+        return fixes.expiry(facts.ttl_s)
+    return fixes.below_minimum(facts.min_prompt_tokens)
+
+
+def _rewarm_evidence(kind: str, scope: Scope, facts: Facts) -> list[str]:
+    cause = REWARM_KINDS[kind]
+    t = scope.totals
+    count, tokens = int(t[f"rewarms_{cause}"]), int(t[f"rewarm_tokens_{cause}"])
+    head = f"{tokens:,} tokens recomputed ({pct(_share(scope, f'rewarm_tokens_{cause}'))} of "
+    head += "the prompt tokens)"
+    if kind == "routing":
+        carried = t["cache_key_requests"] / t["requests"] if t["requests"] else 0.0
+        return [
+            f"{count:,} requests reached a replica that had not served their prefix "
+            f"while another had, within the reuse window: {head}",
+            f"{facts.replicas:,} replica{'s' if facts.replicas != 1 else ''} served; "
+            + (
+                f"{pct(carried)} of the requests carried a `cache_key`"
+                if carried
+                else "no request carried a `cache_key`"
+            ),
+        ]
+    if kind == "cold_fanout":
+        return [
+            f"{count:,} requests started within one TTFT of an earlier request with the "
+            f"same prefix, while it was still in prefill: {head}"
+        ]
+    if kind == "eviction":
+        return [
+            f"{count:,} requests missed a prefix their own replica had served within the "
+            f"reuse window (evicted): {head}",
+            *_capacity_evidence(scope.model, facts.capacity),
+        ]
+    if kind == "expiry":
+        within = int(t["rewarms_expiry_2ttl"])
+        ttl = f" (TTL {duration(facts.ttl_s)})" if facts.ttl_s else ""
+        return [
+            f"{count:,} requests came back to their prefix after it had expired{ttl}: {head}",
+            f"{within:,} of them ({pct(within / count if count else 0.0)}) came back "
+            "within twice the TTL: a TTL twice as long would have kept those",
+        ]
+    minimum = f"{facts.min_prompt_tokens:,}" if facts.min_prompt_tokens else "the minimum"
+    return [
+        f"{count:,} requests with a reusable prefix were shorter than the {minimum} "
+        f"tokens the provider caches at least: {head}"
+    ]
+
+
+def _capacity_evidence(model: str, capacity: Capacity | None) -> list[str]:
+    if capacity is None or capacity.requests == 0:
+        return ["no request of the model has `block_hashes`: no capacity curve to size it"]
+    lines = []
+    sample = f"the capacity curve of the newest {capacity.requests:,} requests of `{model}`"
+    if capacity.needed_tokens is None:
+        lines.append(f"{sample} never reaches {pct(capacity.target)} of its ceiling")
+    else:
+        lines.append(
+            f"{sample}: a KV budget of {capacity.needed_tokens:,} tokens reaches "
+            f"{pct(capacity.target)} of the ceiling ({pct(capacity.ceiling)})"
+        )
+    if capacity.posted_tokens is None:
+        lines.append("no `config` event told the KV budget (post one to compare)")
+    else:
+        lines.append(f"the posted KV budget is {capacity.posted_tokens:,} tokens")
+    return lines

@@ -1,0 +1,197 @@
+"""Per-request segments -> the segment rollups (`service.models.SegmentRollup`): the
+evidence of the `volatile_segment` and `template_drift` findings (contract 5b).
+
+Only the *static* segments are kept: those before the request's first
+`message[...]` (`tools`, `response_format`, `system`, ...), the start every request
+of a service should share. Messages differ per conversation by nature.
+
+`lost_tokens` estimates what a segment cost a request: the tokens of the static
+start from the segment's own start to the static start's end that the request did
+not reuse, max(0, static_end - max(start, reused)), with `reused` the larger of
+its cacheable and cached tokens. A segment that varies makes every block after it
+differ, so a request whose segment was stable (and warm) would have had those
+tokens cacheable; one whose own variant was warm already loses nothing. It is an
+estimate "from the blocks after it": nothing tells what the messages after the
+static start would have shared.
+
+Rows merge by adding, like every rollup. An hour that is over (every record of it
+has been seen: a later one would make the pass rebuild it) is *compacted*: a
+(service, model, name) with more than `FOLD_OVER` distinct hashes that hour keeps
+its `KEEP` most used hashes (any variant carrying 5% or more of the requests is
+among them: at most 20 can) and folds the others into one row with hash '' whose
+`folded` counts them. Distinct hashes per hour stay exact (kept rows + folded), and
+a month of a segment holding a timestamp is 33 rows an hour, not one per request.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+#: A (service, model, name) with more distinct hashes than this in an hour that is
+#: over keeps only its KEEP most used ones as rows of their own.
+FOLD_OVER = 64
+KEEP = 32
+#: The hash of the row holding the folded variants.
+FOLDED_HASH = ""
+
+HOUR_US = 3600 * 1_000_000
+KEYS = ["bucket_us", "service", "model", "scenario", "name", "hash"]
+GROUP = ["bucket_us", "service", "model", "name"]
+COUNTS = ["folded", "requests", "prompt_tokens", "lost_tokens"]
+SCHEMA: dict[str, pl.DataType] = {
+    "bucket_us": pl.Int64(),
+    "service": pl.String(),
+    "model": pl.String(),
+    "scenario": pl.String(),
+    "name": pl.String(),
+    "hash": pl.String(),
+    "norm_hash": pl.String(),
+    "tokens": pl.Int64(),
+    "folded": pl.Int64(),
+    "requests": pl.Int64(),
+    "prompt_tokens": pl.Int64(),
+    "lost_tokens": pl.Int64(),
+}
+_SEGMENT = pl.List(
+    pl.Struct(
+        {"name": pl.String(), "hash": pl.String(), "tokens": pl.Int64(), "norm_hash": pl.String()}
+    )
+)
+_MESSAGE = "message["
+
+
+def empty() -> pl.DataFrame:
+    return pl.DataFrame(schema=SCHEMA)
+
+
+def static_segments(joined: pl.DataFrame) -> pl.DataFrame:
+    """One row per (request, static segment): its hour, keys, tokens and lost tokens.
+
+    `joined` holds records with their results (`service.rollups.aggregate`):
+    `segments` as JSON text, `scenario`, `prompt_tokens`, `cached_tokens` and
+    `cacheable_tokens`."""
+    if "segments" not in joined.columns:
+        return pl.DataFrame()
+    carriers = joined.filter(pl.col("segments").is_not_null())
+    if carriers.is_empty():
+        return pl.DataFrame()
+    parts = (
+        carriers.select(
+            (pl.col("ts_us") // HOUR_US * HOUR_US).alias("bucket_us"),
+            "id",
+            "service",
+            "model",
+            pl.col("scenario").fill_null(""),
+            "prompt_tokens",
+            pl.max_horizontal("cacheable_tokens", "cached_tokens").alias("reused"),
+            pl.col("segments").str.json_decode(_SEGMENT).alias("segment"),
+        )
+        .explode("segment")
+        .filter(pl.col("segment").is_not_null())
+        .unnest("segment")
+        .with_columns(pl.col("tokens").fill_null(0))
+    )
+    parts = parts.with_columns(
+        (pl.col("tokens").cum_sum().over("id") - pl.col("tokens")).alias("start"),
+        pl.col("name").str.starts_with(_MESSAGE).cum_sum().over("id").alias("after_message"),
+    ).filter(pl.col("after_message") == 0)
+    static_end = pl.col("tokens").sum().over("id")
+    return parts.with_columns(
+        (static_end - pl.max_horizontal("start", "reused")).clip(lower_bound=0).alias("lost_tokens")
+    ).select(
+        "bucket_us",
+        "service",
+        "model",
+        "scenario",
+        "name",
+        "hash",
+        "norm_hash",
+        "tokens",
+        "prompt_tokens",
+        "lost_tokens",
+    )
+
+
+def segment_sums(joined: pl.DataFrame) -> pl.DataFrame:
+    """The rollup rows of a batch: `static_segments` summed per hour and variant."""
+    parts = static_segments(joined)
+    if parts.is_empty():
+        return empty()
+    return (
+        parts.group_by(KEYS)
+        .agg(
+            pl.col("norm_hash").drop_nulls().first(),
+            pl.col("tokens").max(),
+            pl.lit(0, pl.Int64).alias("folded"),
+            pl.len().cast(pl.Int64).alias("requests"),
+            pl.col("prompt_tokens").sum().cast(pl.Int64),
+            pl.col("lost_tokens").sum().cast(pl.Int64),
+        )
+        .select(list(SCHEMA))
+        .cast(SCHEMA)  # type: ignore[arg-type]
+    )
+
+
+def merge(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """Rows of the same key added up (the tail the pass took back, and a batch)."""
+    rows = pl.concat([f.select(list(SCHEMA)).cast(SCHEMA) for f in frames])  # type: ignore[arg-type]
+    if rows.is_empty():
+        return empty()
+    return (
+        rows.group_by(KEYS)
+        .agg(
+            pl.col("norm_hash").drop_nulls().first(),
+            pl.col("tokens").max(),
+            *[pl.col(c).sum().cast(pl.Int64) for c in COUNTS],
+        )
+        .select(list(SCHEMA))
+    )
+
+
+def compact(rows: pl.DataFrame, over_before_us: int) -> pl.DataFrame:
+    """`rows` with every hour before `over_before_us` compacted (module docstring).
+    Hours from `over_before_us` on, and groups with few hashes, are left alone."""
+    if rows.is_empty():
+        return rows
+    over = rows.filter(pl.col("bucket_us") < over_before_us)
+    rest = rows.filter(pl.col("bucket_us") >= over_before_us)
+    variant = pl.col("hash") != FOLDED_HASH
+    ranked = (
+        over.filter(variant)
+        .group_by([*GROUP, "hash"])
+        .agg(pl.col("requests").sum())
+        .sort([*GROUP, "requests", "hash"], descending=[False] * len(GROUP) + [True, False])
+        .with_columns(
+            pl.len().over(GROUP).alias("distinct"),
+            (pl.int_range(pl.len()).over(GROUP) + 1).alias("rank"),
+        )
+    )
+    dropped = ranked.filter((pl.col("distinct") > FOLD_OVER) & (pl.col("rank") > KEEP))
+    if dropped.is_empty():
+        return rows
+    marked = over.join(
+        dropped.select([*GROUP, "hash", pl.lit(True).alias("fold")]),
+        on=[*GROUP, "hash"],
+        how="left",
+    ).with_columns((pl.col("fold").fill_null(False) | ~variant).alias("fold"))
+    kept = marked.filter(~pl.col("fold")).drop("fold")
+    folded = (
+        marked.filter(pl.col("fold"))
+        .group_by(GROUP)
+        .agg(
+            pl.lit("").alias("scenario"),
+            pl.lit(FOLDED_HASH).alias("hash"),
+            pl.lit(None, pl.String).alias("norm_hash"),
+            pl.col("tokens").max(),
+            # Distinct hashes folded now (each once, over scenarios) and before.
+            (
+                pl.col("hash").filter(pl.col("hash") != FOLDED_HASH).n_unique()
+                + pl.col("folded").sum()
+            )
+            .cast(pl.Int64)
+            .alias("folded"),
+            *[pl.col(c).sum().cast(pl.Int64) for c in COUNTS if c != "folded"],
+        )
+        .select(list(SCHEMA))
+    )
+    return pl.concat([kept, folded, rest]).select(list(SCHEMA))

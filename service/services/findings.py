@@ -1,0 +1,149 @@
+"""Findings (contract section 5b): the anti-patterns of a range, computed on read
+from the rollups (`service.findings` holds the logic; this module reads its
+inputs and the evidence's facts).
+
+The range is whole hours: the hours that start in [from, to) (`from` rounded down
+to its hour), as the hour rollups hold them. Nothing is stored and nothing alerts.
+
+The eviction finding's capacity curve replays the newest
+`REPLAY_MAX_REQUESTS` requests with block hashes of the model in the range (as the
+dashboard's capacity figure does), and only when an eviction finding is reported."""
+
+from __future__ import annotations
+
+import polars as pl
+from sqlalchemy.orm import Session
+
+from service.analytics.budget import parse_budget
+from service.analytics.capacity import REPLAY_MAX_REQUESTS, capacity_curve
+from service.findings import rewarms, segments
+from service.findings.kinds import MISSING_DATA, FindingsResult, worst_first
+from service.findings.rewarms import Capacity, Facts, Scope
+from service.findings.thresholds import Thresholds
+from service.profiles import Profiles, profiles_for
+from service.repository import dashboard as dashboard_repo
+from service.repository import findings as findings_repo
+from service.repository import segments as segments_repo
+from service.settings import Settings
+
+_HOUR_US = 3600 * 1_000_000
+#: The capacity curve is read at these sizes (tokens): 1Ki to 16Gi, four a doubling.
+_SIZES = tuple(round(1024 * 2 ** (k / 4)) for k in range(0, 4 * 24 + 1))
+
+
+def findings(
+    session: Session,
+    settings: Settings,
+    *,
+    service: str | None = None,
+    model: str | None = None,
+    from_us: int | None = None,
+    to_us: int | None = None,
+) -> FindingsResult:
+    thresholds = Thresholds.of(settings)
+    start = None if from_us is None else from_us // _HOUR_US * _HOUR_US
+    hours, replicas, had_ttft = findings_repo.hourly_sums(
+        session, service=service, model=model, from_us=start, to_us=to_us
+    )
+    scopes = rewarms.scopes(hours)
+    if not scopes:
+        return FindingsResult([], [], 0.0)
+    profiles = profiles_for(settings)
+    facts = {(s.service, s.model): _facts(session, s, profiles, replicas, to_us) for s in scopes}
+    for scope in rewarms.eviction_scopes(scopes, thresholds):
+        key = (scope.service, scope.model)
+        facts[key] = _with_capacity(session, facts[key], scope, thresholds, start, to_us)
+    rows = segments_repo.segment_rollups(
+        session, models=sorted({s.model for s in scopes}), from_us=start, to_us=to_us
+    )
+    rate = _rates(session, scopes, profiles, to_us)
+    found = [
+        *segments.volatile_findings(rows, scopes, thresholds, rate),
+        *segments.drift_findings(rows, scopes, thresholds, rate),
+        *rewarms.rewarm_findings(scopes, thresholds, facts),
+    ]
+    days = max(s.days for s in scopes)
+    return FindingsResult(worst_first(found), _missing(scopes, replicas, had_ttft, rows), days)
+
+
+def _missing(
+    scopes: list[Scope],
+    replicas: dict[tuple[str, str], set[str]],
+    had_ttft: bool,
+    segment_rows: pl.DataFrame,
+) -> list[str]:
+    """What the range lacks for some kinds to be found at all (MISSING_DATA codes)."""
+    total = {c: sum(s.totals[c] for s in scopes) for c in ("fp_requests", "session_requests")}
+    lacking = {
+        "segments": segment_rows.is_empty(),
+        "fingerprints": total["fp_requests"] == 0,
+        "sessions": total["session_requests"] == 0,
+        "replicas": not any(replicas.values()),
+        "ttft": not had_ttft,
+    }
+    return [code for code in MISSING_DATA if lacking[code]]
+
+
+def _facts(
+    session: Session,
+    scope: Scope,
+    profiles: Profiles,
+    replicas: dict[tuple[str, str], set[str]],
+    to_us: int | None,
+) -> Facts:
+    newest = findings_repo.newest_record(session, scope.service, scope.model, to_us)
+    provider, record_ttl = newest if newest is not None else (None, None)
+    profile = profiles.resolve(scope.model, provider)
+    ttl = record_ttl if record_ttl is not None else (profile.ttl_s if profile else None)
+    return Facts(
+        replicas=len(replicas.get((scope.service, scope.model), set())),
+        ttl_s=ttl,
+        min_prompt_tokens=profile.min_prompt_tokens if profile else None,
+    )
+
+
+def _rates(
+    session: Session, scopes: list[Scope], profiles: Profiles, to_us: int | None
+) -> dict[str, float | None]:
+    """Per model, dollars per token a miss costs above a hit: the input price less
+    the cached price of its profile (None: no prices)."""
+    out: dict[str, float | None] = {}
+    for scope in scopes:
+        if scope.model in out:
+            continue
+        newest = findings_repo.newest_record(session, scope.service, scope.model, to_us)
+        profile = profiles.resolve(scope.model, newest[0] if newest else None)
+        if profile is None or profile.input_usd_per_mtok is None:
+            out[scope.model] = None
+        else:
+            cached = profile.cached_usd_per_mtok or 0.0
+            out[scope.model] = (profile.input_usd_per_mtok - cached) / 1e6
+    return out
+
+
+def _with_capacity(
+    session: Session,
+    facts: Facts,
+    scope: Scope,
+    thresholds: Thresholds,
+    from_us: int | None,
+    to_us: int | None,
+) -> Facts:
+    low = from_us if from_us is not None else 0
+    high = to_us if to_us is not None else 2**62
+    sample = dashboard_repo.latest_block_frame(session, scope.model, low, high, REPLAY_MAX_REQUESTS)
+    curve = capacity_curve(sample, _SIZES)
+    needed = None
+    if curve.ceiling:
+        target = thresholds.ceiling_target * curve.ceiling
+        reached = [p.tokens for p in curve.points if (p.hit_rate or 0.0) >= target]
+        needed = min(reached) if reached else None
+    posted = None
+    for event in dashboard_repo.config_events_before(
+        session, scope.service, scope.model, high, 200
+    ):
+        posted = parse_budget(event.description)
+        if posted is not None:
+            break
+    capacity = Capacity(needed, curve.ceiling, thresholds.ceiling_target, sample.height, posted)
+    return Facts(facts.replicas, facts.ttl_s, facts.min_prompt_tokens, capacity)
