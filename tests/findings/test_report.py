@@ -192,12 +192,12 @@ def test_one_finding_of_each_kind_matches_golden(kind: str) -> None:
     assert re.search(rf"<h2>1\. {title}( <code>system</code>)? in ", page)
     assert f"<strong>Kind:</strong> <code>{kind}</code>: {FINDING_LABELS[kind]}" in page
     for line in finding.evidence:
-        assert _as_html(line) in page, line
-    assert f"<strong>Fix:</strong> {_as_html(finding.fix)}" in page
+        assert as_html(line) in page, line
+    assert f"<strong>Fix:</strong> {as_html(finding.fix)}" in page
     assert usd_per_day(finding.wasted_usd_per_day) in page.split("</h2>")[0]
 
 
-def _as_html(sentence: str) -> str:
+def as_html(sentence: str) -> str:
     """What markdown-it makes of one of our sentences with names in backticks."""
     escaped = sentence.replace("&", "&amp;").replace('"', "&quot;")
     return re.sub(r"`([^`]*)`", r"<code>\1</code>", escaped)
@@ -217,8 +217,8 @@ def test_missing_data_matches_golden_and_says_what_to_send() -> None:
     page = html_of(text)
     assert "the first record to the last record" in page
     for code in missing:
-        assert _as_html(MISSING_DATA[code]) in page
-    assert _as_html(MISSING_DATA["replicas"]) not in page
+        assert as_html(MISSING_DATA[code]) in page
+    assert as_html(MISSING_DATA["replicas"]) not in page
 
 
 def test_no_prices_matches_golden_and_is_never_free() -> None:
