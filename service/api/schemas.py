@@ -7,7 +7,12 @@ from pydantic import BaseModel
 from service.api.patterns import RFC3339, TS_TEXT, anchored
 from service.ingest.body import GZIP_ENCODINGS, PLAIN_ENCODINGS
 from service.ingest.otlp import MEDIA_TYPES as OTLP_MEDIA_TYPES
-from service.ingest.records import MAX_TTL_S
+from service.ingest.records import (
+    MAX_HASH_LENGTH,
+    MAX_SEGMENT_NAME_LENGTH,
+    MAX_SEGMENTS,
+    MAX_TTL_S,
+)
 from service.ingest.timestamps import EPOCH_NUMBER_RANGES, MAX_YEAR, MIN_YEAR
 from service.services.events import REQUIRED_BY_KIND, EventIn, EventKind
 from service.usage_row import TEXT_FIELDS_BY_NAME
@@ -231,6 +236,33 @@ CONTENT_ENCODING_PATTERN = _content_encoding_pattern(
 )
 
 
+#: A segment's `hash` and `norm_hash`: text of at most MAX_HASH_LENGTH characters,
+#: or an integer (JSON parsers read one beyond 64 bits inexactly: send it as text).
+_SEGMENT_HASH: list[dict[str, Any]] = [
+    {"type": "string", "maxLength": MAX_HASH_LENGTH},
+    {"type": "integer"},
+]
+#: One part of the request's start (contract section 1, service.ingest.records.Segment).
+SEGMENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["name", "hash", "tokens"],
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": MAX_SEGMENT_NAME_LENGTH},
+        "hash": {"anyOf": _SEGMENT_HASH},
+        "tokens": {"type": "integer", "minimum": 0},
+        "norm_hash": {
+            "anyOf": [*_SEGMENT_HASH, {"type": "null"}],
+            "description": (
+                "the part's hash after normalizing how it was rendered (whitespace and "
+                "newlines, JSON key order, image `detail`, URL query strings): two "
+                "renderings of one prompt share it and differ in `hash`; stored only "
+                "when sent (null: not sent)"
+            ),
+        },
+    },
+}
+
+
 # POST /v1/usage reads its body raw (NDJSON, JSON, gzip: docs/ingestion.md), so
 # FastAPI cannot derive this; declared so that clients and fuzzers see the records.
 USAGE_RECORD_SCHEMA: dict[str, Any] = {
@@ -255,6 +287,7 @@ USAGE_RECORD_SCHEMA: dict[str, Any] = {
         "prefix_hash": _strings(200),
         "prefix_tokens": {"type": "integer", "minimum": 0},
         "session_id": _strings(200),
+        "segments": {"type": "array", "maxItems": MAX_SEGMENTS, "items": SEGMENT_SCHEMA},
         # Contract section 1's managed-provider fields, with the stored limits.
         "cache_write_tokens": {"type": "integer", "minimum": 0},
         "cache_ttl_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TTL_S},

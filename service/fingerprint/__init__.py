@@ -7,9 +7,11 @@ the server's dependencies. `cli.py`, the `cachewatch diff` command, needs Typer:
 is not imported here, leave it out of a copy.
 
 `fingerprint(body)` turns an OpenAI or Anthropic chat request body into the usage
-record fields of contract section 1: `segments`, `prefix_hash`/`prefix_tokens` and
-`block_size`/`block_hashes`. `explain_divergence(a, b)` tells where two requests
-stop sharing a prefix and, when it recognises one, which anti-pattern did it.
+record fields of contract section 1: `segments` (each with its `norm_hash`),
+`prefix_hash`/`prefix_tokens` and `block_size`/`block_hashes`.
+`explain_divergence(a, b)` tells where two requests stop sharing a prefix, whether
+the part there differs only in rendering and, when it recognises one, which
+anti-pattern did it.
 
 How a request is serialized
 ---------------------------
@@ -37,6 +39,11 @@ sampling or routing options (`temperature`, `tool_choice`, `metadata`...).
 
 The serialized request is the concatenation, for each part, of its name, a newline,
 its canonical JSON and a newline (`serialize_request`).
+
+Each segment's `norm_hash` hashes the part's canonical JSON after normalizing how it
+was rendered (whitespace and newlines, JSON key order also inside strings, image
+`detail`, URL query strings; `normalize` says what and why): two renderings of one
+prompt share it and differ in `hash`, while a change of content changes both.
 
 Tokens, approximately
 ---------------------
@@ -67,10 +74,12 @@ segments are returned (the ingestion limits): the start of a prompt is what matt
 Layout
 ------
 `canonical` writes a value as canonical JSON and holds the hashing primitives;
-`parts` splits a request body into its parts in rendering order; `blocks` computes
-`fingerprint` (segments, token counts, chained block hashes); `divergence` explains
-where two requests diverge, using `locate` (the first difference, its excerpts),
-`hints` and `values` (the anti-pattern rules) and `results` (what it returns).
+`parts` splits a request body into its parts in rendering order; `normalize` undoes
+their rendering for `norm_hash`; `blocks` computes `fingerprint` (segments, token
+counts, chained block hashes); `divergence` explains where two requests diverge,
+using `locate` (the first difference, its excerpts), `hints` and `values` (the
+anti-pattern rules), `normalize` (whether it is only rendering) and `results` (what
+it returns).
 """
 
 from __future__ import annotations
@@ -89,9 +98,17 @@ from .blocks import (
 )
 from .canonical import IMAGE_TOKENS, IMAGE_TOKENS_LOW, canonical_json
 from .divergence import explain_divergence
+from .normalize import (
+    ALL_RENDERINGS,
+    Rendering,
+    normalize,
+    normalized_json,
+    rendering_difference,
+)
 from .results import Divergence, Hint, HintCode
 
 __all__ = [
+    "ALL_RENDERINGS",
     "BYTES_PER_TOKEN",
     "DEFAULT_BLOCK_SIZE",
     "IMAGE_TOKENS",
@@ -103,10 +120,14 @@ __all__ = [
     "Hint",
     "HintCode",
     "RecordFields",
+    "Rendering",
     "SegmentFields",
     "Tokenizer",
     "canonical_json",
     "explain_divergence",
     "fingerprint",
+    "normalize",
+    "normalized_json",
+    "rendering_difference",
     "serialize_request",
 ]

@@ -2,7 +2,8 @@
 
 Without a tokenizer a token is `BYTES_PER_TOKEN` bytes of the serialized request
 (why, and its limits: the package docstring); with one, blocks are exact token ids
-of that serialization. Block hash i covers blocks 0..i.
+of that serialization. Block hash i covers blocks 0..i. Each segment also gets
+its `norm_hash`, the hash of the part with its rendering normalized (`normalize`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final, NotRequired, TypedDict
 
 from .canonical import _DIGEST_BYTES, _digest, _Pad, _Piece, _pieces, _utf8
+from .normalize import norm_digest
 from .parts import _Part, _request_parts
 
 BYTES_PER_TOKEN: Final = 4
@@ -29,11 +31,13 @@ Tokenizer = Callable[[str], Sequence[int]]
 
 
 class SegmentFields(TypedDict):
-    """One part of the request: its name, the hash of its canonical JSON, its tokens."""
+    """One part of the request: its name, the hash of its canonical JSON, its tokens,
+    and the hash of that JSON with its rendering normalized (`normalize`)."""
 
     name: str
     hash: str
     tokens: int
+    norm_hash: str
 
 
 class RecordFields(TypedDict):
@@ -135,11 +139,12 @@ def fingerprint(
     record: `{"request_id": ..., **fingerprint(body)}`."""
     if block_size <= 0:
         raise ValueError("block_size must be positive")
-    rendered = [_render(p) for p in _request_parts(body)]
+    parts = _request_parts(body)
+    rendered = [_render(p) for p in parts]
     segments: list[SegmentFields] = []
     stream_bytes: list[bytes] = []
     stream_ids: list[int] = []
-    for part in rendered:
+    for source, part in zip(parts, rendered, strict=True):
         if tokenizer is None:
             units = _approx_units(part.pieces)
             stream_bytes.append(units)
@@ -148,7 +153,14 @@ def fingerprint(
             ids = _token_units(part.pieces, tokenizer)
             stream_ids.extend(ids)
             tokens = len(ids)
-        segments.append({"name": part.name, "hash": part.digest.hex(), "tokens": tokens})
+        segments.append(
+            {
+                "name": part.name,
+                "hash": part.digest.hex(),
+                "tokens": tokens,
+                "norm_hash": norm_digest(source.value).hex(),
+            }
+        )
     mode = b"bytes/4" if tokenizer is None else b"tokens"
     seed = _digest(_VERSION + b"|" + mode + b"|" + str(block_size).encode(), b"cw-seed")
     blocks = (

@@ -8,6 +8,10 @@ registered directly: `parent.command("diff")(diff)`.
 
 Exit codes: 0 when the requests share their whole common length (identical, or one
 extends the other), 1 when they diverge, 2 when a file cannot be read as a request.
+Requests whose first differing part differs only in rendering (the same `norm_hash`:
+whitespace, JSON key order, image `detail`, a URL's query) exit 1 too: the output
+says so, but the provider sees other tokens and the cache misses all the same. With
+`--json`, `rendering` then lists the kinds (null when the part differs in content).
 """
 
 import json
@@ -62,8 +66,9 @@ def diff(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Where two chat request bodies (OpenAI or Anthropic form) stop sharing a prefix,
-    what differs there, and the known anti-pattern it looks like. Exit code 0: the
-    prefix is shared (identical, or one extends the other); 1: they diverge."""
+    what differs there, whether it differs only in rendering, and the known
+    anti-pattern it looks like. Exit code 0: the prefix is shared (identical, or one
+    extends the other); 1: they diverge (also when only in rendering)."""
     try:
         body_a, body_b = _load(a), _load(b)
         found = explain_divergence(body_a, body_b)

@@ -1,7 +1,8 @@
 """`explain_divergence`: where two requests stop sharing a prefix, and why.
 
 Parts are compared in rendering order; the first that differs is located, excerpted
-and handed to the hint rules (`hints`).
+and handed to the hint rules (`hints`), and its two values are normalized
+(`normalize`) to tell whether they differ only in rendering.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from .locate import (
     _format_path,
     _raw_json,
 )
+from .normalize import Rendering, rendering_difference
 from .parts import _Part, _request_parts
-from .results import Divergence, Hint, HintCode
+from .results import RENDERING_HINTS, Divergence, Hint, HintCode
 
 
 def explain_divergence(a: Mapping[str, Any], b: Mapping[str, Any]) -> Divergence | None:
@@ -34,7 +36,11 @@ def explain_divergence(a: Mapping[str, Any], b: Mapping[str, Any]) -> Divergence
 
     Parts are compared on their canonical JSON, as fingerprints are; when that is
     equal but the JSON as sent orders keys differently, the divergence is reported
-    there (`reordered_keys`): fingerprints hash both alike, the provider does not."""
+    there (`reordered_keys`): fingerprints hash both alike, the provider does not.
+
+    When the first differing part differs only in rendering (both sides share its
+    `norm_hash`; or only its key order as sent differs), `rendering` names how, and a
+    hint about content (a timestamp, an id...) is not given: there is none."""
     parts_a, parts_b = _request_parts(a), _request_parts(b)
     shared_bytes = 0
     for index, (pa, pb) in enumerate(zip(parts_a, parts_b, strict=False)):
@@ -70,23 +76,28 @@ def _compare_parts(
     ta, tb = canonical_json(pa.value), canonical_json(pb.value)
     if pa.name != pb.name:  # the excerpts then start with the part names, which differ
         site = _Site(index, pa.name, pb.name, f"{pa.name}: {ta}", f"{pb.name}: {tb}", 0, pa.name)
-        return _divergence(site, shared_bytes, None)
+        return _divergence(site, shared_bytes, None, None)
     if ta != tb:
         path, va, vb = _first_difference(pa.value, pb.value)
         where = _format_path(pa.name, path)
         site = _Site(index, pa.name, pb.name, ta, tb, _common_prefix(ta, tb), where)
-        return _divergence(
-            site, shared_bytes, _hint(_Diff(index, pa.name, path, va, vb, parts_a, parts_b))
-        )
+        hint = _hint(_Diff(index, pa.name, path, va, vb, parts_a, parts_b))
+        rendering = rendering_difference(pa.value, pb.value)
+        if rendering is not None and hint is not None and hint.code not in RENDERING_HINTS:
+            hint = None
+        return _divergence(site, shared_bytes, hint, rendering)
     ra, rb = _raw_json(pa.raw), _raw_json(pb.raw)
     if ra != rb and canonical_json(pa.raw) == canonical_json(pb.raw):
         where = _format_path(pa.name, _first_key_order_difference(pa.raw, pb.raw))
         site = _Site(index, pa.name, pb.name, ra, rb, _common_prefix(ra, rb), where)
-        return _divergence(site, shared_bytes, Hint(HintCode.REORDERED_KEYS, _REORDERED_KEYS))
+        hint = Hint(HintCode.REORDERED_KEYS, _REORDERED_KEYS)
+        return _divergence(site, shared_bytes, hint, (Rendering.KEY_ORDER,))
     return None
 
 
-def _divergence(site: _Site, shared_bytes: int, hint: Hint | None) -> Divergence:
+def _divergence(
+    site: _Site, shared_bytes: int, hint: Hint | None, rendering: tuple[Rendering, ...] | None
+) -> Divergence:
     excerpt_a, caret = _excerpt(site.text_a, site.offset)
     excerpt_b, _ = _excerpt(site.text_b, site.offset)
     shared = shared_bytes + len(_utf8(site.text_a[: site.offset]))
@@ -101,4 +112,5 @@ def _divergence(site: _Site, shared_bytes: int, hint: Hint | None) -> Divergence
         caret=caret,
         shared_tokens=shared // BYTES_PER_TOKEN,
         hint=hint,
+        rendering=rendering,
     )

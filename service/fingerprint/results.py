@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
+
+from .normalize import Rendering, describe_renderings
 
 
 class HintCode(StrEnum):
@@ -19,6 +21,14 @@ class HintCode(StrEnum):
     IMAGE_DETAIL = "image_detail"
     URL_QUERY = "url_query"
     REWRITTEN_HISTORY = "rewritten_history"
+
+
+# The hints that explain a difference of rendering: the others (a timestamp, an id,
+# a rewritten message...) are differences of content, which a part differing only
+# in rendering does not have.
+RENDERING_HINTS: Final = frozenset(
+    {HintCode.WHITESPACE, HintCode.REORDERED_KEYS, HintCode.IMAGE_DETAIL, HintCode.URL_QUERY}
+)
 
 
 @dataclass(frozen=True)
@@ -41,7 +51,13 @@ class Divergence:
     the parts themselves differ, it is 0 and the excerpts start with their names. `path`
     is the JSON path of the first differing value, `shared_tokens` the approximate
     tokens both requests share before it. `caret` is the column of the first
-    difference in both excerpts."""
+    difference in both excerpts.
+
+    `rendering` is None when the part differs in content; when it differs only in
+    how it was rendered (both sides share its `norm_hash`, or only its JSON key
+    order as sent differs), the kinds of rendering difference (`Rendering`), empty
+    when they cannot be told apart. The requests still diverge for the cache: the
+    provider sees other tokens."""
 
     part: str
     part_b: str
@@ -53,6 +69,19 @@ class Divergence:
     caret: int
     shared_tokens: int
     hint: Hint | None
+    rendering: tuple[Rendering, ...] | None
+
+    @property
+    def rendering_message(self) -> str | None:
+        """The sentence saying the part differs only in rendering, None otherwise."""
+        if self.rendering is None:
+            return None
+        kinds = f" ({describe_renderings(self.rendering)})" if self.rendering else ""
+        return (
+            f"`{self.part}` differs only in rendering{kinds}: the same prompt rendered two "
+            "ways, each its own prefix in the cache (in traffic, the `template_drift` "
+            "finding); render it through one code path"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,8 +97,10 @@ class Divergence:
             f"  B: {self.excerpt_b}",
             "     " + " " * self.caret + "^",
         ]
-        if self.hint is None:
-            lines.append("no known anti-pattern recognised: compare the excerpts above")
-        else:
+        if self.rendering_message is not None:
+            lines.append(self.rendering_message)
+        if self.hint is not None:
             lines.append(f"hint ({self.hint.code}): {self.hint.message}")
+        elif self.rendering is None:
+            lines.append("no known anti-pattern recognised: compare the excerpts above")
         return "\n".join(lines)

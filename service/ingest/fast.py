@@ -86,6 +86,7 @@ class _Segment(msgspec.Struct, gc=False):
     name: Annotated[str, Meta(min_length=1, max_length=MAX_SEGMENT_NAME_LENGTH)]
     hash: HashValue
     tokens: Count
+    norm_hash: HashValue | None = None  # `records.Segment.norm_hash`
 
 
 class _LineSegment(_Segment, forbid_unknown_fields=True):
@@ -282,10 +283,17 @@ def record_values(
     if record.segments is not None:
         segments = []
         for segment in record.segments:
-            value = segment.hash
+            value, norm = segment.hash, segment.norm_hash
             if type(value) is int and not _INT64_MIN <= value <= _UINT64_MAX:
                 return None  # orjson would have made it a float
-            segments.append({"name": segment.name, "hash": value, "tokens": segment.tokens})
+            if norm is None:  # `records.segment_row`: norm_hash only when sent
+                segments.append({"name": segment.name, "hash": value, "tokens": segment.tokens})
+                continue
+            if type(norm) is int and not _INT64_MIN <= norm <= _UINT64_MAX:
+                return None
+            segments.append(
+                {"name": segment.name, "hash": value, "tokens": segment.tokens, "norm_hash": norm}
+            )
     ts = record.ts
     try:
         # A plain number of seconds (the common case) inline; the rest in parse_ts.

@@ -81,6 +81,20 @@ class Segment(BaseModel):
     name: Annotated[StrictStr, Field(min_length=1, max_length=MAX_SEGMENT_NAME_LENGTH)]
     hash: HashText | StrictInt
     tokens: Count
+    # The part's hash after normalizing how it was rendered (contract section 1):
+    # typed and bounded as `hash`; null is the same as leaving it out.
+    norm_hash: HashText | StrictInt | None = None
+
+
+def segment_row(segment: Segment) -> dict[str, Any]:
+    """A segment as the row's `segments` JSON holds it: `name`, `hash`, `tokens`, and
+    `norm_hash` only when the record sent one, so that a record without it is
+    stored exactly as before norm_hash existed (`fast.record_values` builds the
+    same dicts; tests/ingest/test_usage_row.py holds the two together)."""
+    row: dict[str, Any] = {"name": segment.name, "hash": segment.hash, "tokens": segment.tokens}
+    if segment.norm_hash is not None:
+        row["norm_hash"] = segment.norm_hash
+    return row
 
 
 class UsageRecordIn(BaseModel):
@@ -191,5 +205,5 @@ def to_row(record: UsageRecordIn, received_us: int) -> dict[str, Any]:
         row["block_hashes"] = pack_block_hashes(record.block_hashes)
     row["prefix_key"] = hash_key(record.prefix_hash) if record.prefix_hash is not None else None
     if record.segments is not None:
-        row["segments"] = [s.model_dump() for s in record.segments]
+        row["segments"] = [segment_row(s) for s in record.segments]
     return row

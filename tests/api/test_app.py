@@ -34,6 +34,7 @@ PATH_METHODS = {
     "/v1/rejected": {"GET"},
     "/v1/metrics": {"GET"},
     "/v1/capacity": {"GET"},
+    "/v1/findings": {"GET"},
     "/v1/regressions": {"GET"},
     "/v1/detect": {"POST"},
     "/v1/alerts": {"GET"},

@@ -18,6 +18,7 @@ from service.fingerprint import (
     fingerprint,
     serialize_request,
 )
+from service.ingest.records import segment_row
 from tests.fingerprint.helpers import (
     SYSTEM,
     Body,
@@ -41,20 +42,23 @@ def test_a_golden_fingerprint_pins_the_algorithm() -> None:
         return hashlib.blake2b(data, digest_size=8, person=person).digest()
 
     segment = blake(text.encode(), b"cw-segment")
+    norm = blake(text.encode(), b"cw-norm")  # the text is already in normal form
     stream = f"system\n{text}\n".encode()
     seed = blake(b"cachewatch-fingerprint-v1|bytes/4|128", b"cw-seed")
     block = blake(seed + stream, b"cw-block")
     prefix = blake(b"system\x00" + segment, b"cw-prefix")
     tokens = math.ceil(len(stream) / 4)
     assert fields == {
-        "segments": [{"name": "system", "hash": segment.hex(), "tokens": tokens}],
+        "segments": [
+            {"name": "system", "hash": segment.hex(), "tokens": tokens, "norm_hash": norm.hex()}
+        ],
         "block_size": 128,
         "block_hashes": [block.hex()],
         "prefix_hash": prefix.hex(),
         "prefix_tokens": tokens,
     }
-    pinned = ("bbdeb6e16f528577", "f8b43d49d345f428", "94d85305c7642006", 20)
-    assert (segment.hex(), block.hex(), prefix.hex(), tokens) == pinned
+    pinned = ("bbdeb6e16f528577", "5531cfb82cf83ae2", "f8b43d49d345f428", "94d85305c7642006", 20)
+    assert (segment.hex(), norm.hex(), block.hex(), prefix.hex(), tokens) == pinned
 
 
 def prefix_leaves(body: Body) -> list[tuple[tuple[Any, ...], str]]:
@@ -183,7 +187,7 @@ def test_the_fields_validate_as_a_contract_record(body: Body) -> None:
     assert stored.block_hashes == fields["block_hashes"]
     assert stored.prefix_hash == fields["prefix_hash"]
     assert stored.segments is not None
-    assert [s.name for s in stored.segments] == [s["name"] for s in fields["segments"]]
+    assert [segment_row(s) for s in stored.segments] == fields["segments"]  # norm_hash too
     assert record(fingerprint(body, tokenizer=char_tokenizer)).block_size == 128
 
 

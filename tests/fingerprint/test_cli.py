@@ -131,3 +131,45 @@ def test_reads_a_request_from_standard_input(files: dict[str, Path]) -> None:
     )
     assert result.exit_code == 1
     assert "hint (timestamp)" in result.stdout
+
+
+def test_standalone_rendering_only_exits_1_and_says_so(tmp_path: Path) -> None:
+    """One trailing newline against two: the cache still misses (exit 1), and the
+    output says it is the same prompt rendered two ways."""
+    a = write(tmp_path, "one.json", body("You are terse.\n", "hi"))
+    b = write(tmp_path, "two.json", body("You are terse.\n\n", "hi"))
+    done = run_module(a, b)
+    assert done.returncode == fingerprint_cli.EXIT_DIVERGED == 1, done.stderr
+    assert (
+        "`system` differs only in rendering (whitespace and newlines): the same prompt "
+        "rendered two ways"
+    ) in done.stdout
+    assert "render it through one code path" in done.stdout
+    assert "hint (whitespace)" in done.stdout
+    as_json = run_module(a, b, "--json")
+    assert as_json.returncode == 1
+    out = json.loads(as_json.stdout)
+    assert (out["diverged"], out["part"], out["rendering"]) == (True, "system", ["whitespace"])
+    assert "differs only in rendering" in out["message"]
+
+
+def test_standalone_image_detail_and_signed_url_are_named(tmp_path: Path) -> None:
+    def ask(url: str, detail: str) -> dict[str, Any]:
+        image = {"type": "image_url", "image_url": {"url": url, "detail": detail}}
+        return {"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": [image]}]}
+
+    a = write(tmp_path, "a.json", ask("https://cdn.example.com/a.png?sig=1", "low"))
+    b = write(tmp_path, "b.json", ask("https://cdn.example.com/a.png?sig=2", "high"))
+    done = run_module(a, b)
+    assert done.returncode == 1, done.stderr
+    assert (
+        "`message[0]` differs only in rendering (image `detail`, URL query string)"
+    ) in done.stdout
+
+
+def test_a_difference_of_content_is_not_called_rendering(files: dict[str, Path]) -> None:
+    done = run_module(files["a"], files["b"], "--json")
+    assert done.returncode == 1
+    out = json.loads(done.stdout)
+    assert out["rendering"] is None
+    assert "only in rendering" not in out["message"]

@@ -375,7 +375,7 @@ block_hashes = field(
 segment = field(
     st.fixed_dictionaries(
         {"name": names, "hash": hash_values, "tokens": counts},
-        optional={"extra": json_values},
+        optional={"norm_hash": st.none() | hash_values, "extra": json_values},
     )
 )
 segments = field(
@@ -598,7 +598,10 @@ def valid_records(draw: st.DrawFn) -> dict[str, Any]:
                     "name": texts(1, 200),
                     "hash": texts(0, 200) | st.integers(-(2**63), 2**64 - 1),
                     "tokens": valid_counts,
-                }
+                },
+                optional={
+                    "norm_hash": texts(0, 200) | st.integers(-(2**63), 2**64 - 1) | st.none()
+                },
             ),
             max_size=4,
         ),
@@ -762,6 +765,9 @@ at_a_limit = st.one_of(
             lambda texts: {"segments": [{"name": texts[0], "hash": texts[1], "tokens": 1}]}
         )
     ),
+    st.sampled_from([0, 200, 201])
+    .flatmap(_sized)
+    .map(lambda text: {"segments": [{"name": "s", "hash": 1, "tokens": 1, "norm_hash": text}]}),
 )
 
 
@@ -864,6 +870,10 @@ def line_of(fields: bytes) -> bytes:
         b'"prompt_tokens": 5, "block_size": 1, "block_hashes": [-9223372036854775809]',
         b'"prompt_tokens": 5, "segments": [{"name": "n", "hash": 18446744073709551616,'
         b' "tokens": 1}]',
+        b'"prompt_tokens": 5, "segments": [{"name": "n", "hash": 1, "tokens": 1,'
+        b' "norm_hash": 18446744073709551616}]',
+        b'"prompt_tokens": 5, "segments": [{"name": "n", "hash": 1, "tokens": 1,'
+        b' "norm_hash": -9223372036854775809}]',
         b'"prompt_tokens": 5, "ttft_ms": 18446744073709551616',
         b'"prompt_tokens": 5, "attributes": {"a": 18446744073709551616}',
         # msgspec skips unknown fields without orjson's checks.
@@ -901,6 +911,11 @@ def test_json_that_orjson_reads_differently(fields: bytes) -> None:
         (b'"block_size": 1, "block_hashes": [18446744073709551615, 7]', "block_hashes", None),
         (b'"segments": [{"name": "n", "hash": 18446744073709551615, "tokens": 1}]', "segments",
          [{"name": "n", "hash": 2**64 - 1, "tokens": 1}]),
+        (b'"segments": [{"name": "n", "hash": 1, "tokens": 1, "norm_hash": 18446744073709551615}]',
+         "segments", [{"name": "n", "hash": 1, "tokens": 1, "norm_hash": 2**64 - 1}]),
+        # A null norm_hash is not sent: the segment is stored without one.
+        (b'"segments": [{"name": "n", "hash": "h", "tokens": 1, "norm_hash": null}]', "segments",
+         [{"name": "n", "hash": "h", "tokens": 1}]),
         # The last of duplicate keys wins, as in orjson.
         (b'"replica": "a", "replica": "b"', "replica", "b"),
         (b'"ttft_ms": 1, "ttft_ms": 2.5', "ttft_ms", 2.5),

@@ -17,6 +17,7 @@ from sqlalchemy import String
 
 from service.ingest import fast
 from service.ingest.records import (
+    MAX_HASH_LENGTH,
     UsageRecordIn,
     format_validation_error,
     received_context,
@@ -53,7 +54,11 @@ EVERY_FIELD: dict[str, Any] = {
     "block_hashes": [11, 12, 13],
     "prefix_hash": "sys-v1",
     "prefix_tokens": 64,
-    "segments": [{"name": "system", "hash": "abc", "tokens": 64}],
+    "segments": [
+        {"name": "system", "hash": "abc", "tokens": 64, "norm_hash": "norm-abc"},
+        {"name": "message[0]", "hash": 2**64 - 1, "tokens": 8, "norm_hash": 2**63},
+        {"name": "message[1]", "hash": -5, "tokens": 9},
+    ],
     "attributes": {"route": "/x", "n": 3},
     "cache_write_tokens": 300,
     "cache_ttl_s": 3600.5,
@@ -94,6 +99,10 @@ def test_every_string_column_is_a_text_field() -> None:
         {"segments": None},
         {"attributes": None},
         {"segments": None, "attributes": None},
+        {"segments": [{"name": "system", "hash": "abc", "tokens": 64}]},  # as before norm_hash
+        {"segments": [{"name": "system", "hash": "abc", "tokens": 64, "norm_hash": None}]},
+        {"segments": [{"name": "s", "hash": "h", "tokens": 1, "norm_hash": -(2**63)}]},
+        {"segments": [{"name": "s", "hash": "h", "tokens": 1, "norm_hash": ""}]},
     ],
 )
 def test_both_paths_store_the_same_tuple_column_by_column(change: dict[str, Any]) -> None:
@@ -111,7 +120,52 @@ def test_both_paths_store_the_same_tuple_column_by_column(change: dict[str, Any]
         assert stored[name] == record[name]  # by name, not only alike
     for name in JSON_COLUMNS:
         value = stored[name]
-        assert (None if value is None else orjson.loads(value)) == record.get(name)
+        assert (None if value is None else orjson.loads(value)) == _as_stored(name, record)
+
+
+def _as_stored(column: str, record: dict[str, Any]) -> Any:
+    """A JSON column's value as the record sent it, but for a segment's null
+    norm_hash, which is not stored (a segment without one is stored as before)."""
+    value = record.get(column)
+    if column != "segments" or value is None:
+        return value
+    return [{k: v for k, v in s.items() if not (k == "norm_hash" and v is None)} for s in value]
+
+
+def _with_norm_hash(value: Any) -> dict[str, Any]:
+    segment = {"name": "system", "hash": "abc", "tokens": 64, "norm_hash": value}
+    return {**EVERY_FIELD, "segments": [segment]}
+
+
+@pytest.mark.parametrize("char", ["a", "😀"])
+def test_a_norm_hash_at_the_hash_limit_is_stored_alike_by_both_paths(char: str) -> None:
+    record = _with_norm_hash(char * MAX_HASH_LENGTH)
+    expected = validated_row(record)
+    assert isinstance(expected, tuple), expected
+    assert [repr(row) for row in fast_rows(record)] == [repr(expected)] * 2
+    segments = orjson.loads(dict(zip(USAGE_COLUMNS, expected, strict=True))["segments"])
+    assert segments[0]["norm_hash"] == char * MAX_HASH_LENGTH
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ("😀" * (MAX_HASH_LENGTH + 1), f"String should have at most {MAX_HASH_LENGTH} characters"),
+        (True, "Input should be a valid string"),
+        (1.5, "Input should be a valid string"),
+        (["h"], "Input should be a valid string"),
+    ],
+)
+def test_a_bad_norm_hash_is_refused_by_both_paths_and_named(value: Any, error: str) -> None:
+    """As a bad `hash` is: the validated path's reason names the field."""
+    record = _with_norm_hash(value)
+    reason = validated_row(record)
+    assert isinstance(reason, str) and reason.startswith("segments.0.norm_hash"), reason
+    assert error in reason
+    assert fast_rows(record) == [None, None]
+    swapped = {"name": "system", "hash": value, "tokens": 64, "norm_hash": "abc"}
+    bad_hash = validated_row({**record, "segments": [swapped]})
+    assert bad_hash == reason.replace("norm_hash", "hash")
 
 
 def _with(field: TextField, value: str) -> dict[str, Any]:

@@ -1,0 +1,178 @@
+"""GET /v1/findings speed (issue 18; not a test: prints numbers).
+
+The dashboard bench's data (bench/dashboard.py `build`: D days of R requests a day
+in the rollups, 4 services x 2 models x 8 replicas, a KV budget `config` event, the
+newest 20,000 requests of each model as records for the capacity replay), plus the
+segment rollups such traffic makes: per hour and (service, model), `tools` and
+`system`; svc-0's `system` carries a timestamp (every request its own variant,
+compacted as the pass compacts an hour that is over: 32 rows and one folded row),
+svc-1 sends `system` rendered two ways (scenarios web-chat and api-agent, one
+`norm_hash`), the others one variant.
+
+Then, against a real `cachewatch serve` on that database (public read), over the
+whole range: GET /v1/findings (nothing is cached: every answer is computed), and
+in the same run GET /v1/metrics with 1-day buckets over the same range as the
+baseline. Best and median of N runs; the ratio is findings / metrics.
+
+Goal: GET /v1/findings over 30 days of 1,000,000 requests a day <= 500 ms.
+
+    .venv/bin/python bench/findings.py [--days 30] [--per-day 1000000] [--repeat 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import dashboard as dashboard_bench  # noqa: E402
+import httpx  # noqa: E402
+import polars as pl  # noqa: E402
+from sqlalchemy import text  # noqa: E402
+
+from service.rollups import segments  # noqa: E402
+
+HOUR_US = 3600 * 1_000_000
+
+
+def _row(key: tuple[int, str, str], name: str, hash_: str, n: int, **more: Any) -> dict[str, Any]:
+    bucket, service, model = key
+    return {
+        "bucket_us": bucket,
+        "service": service,
+        "model": model,
+        "scenario": more.get("scenario", ""),
+        "name": name,
+        "hash": hash_,
+        "norm_hash": more.get("norm_hash"),
+        "tokens": more.get("tokens", 800),
+        "folded": more.get("folded", 0),
+        "requests": n,
+        "prompt_tokens": n * 3000,
+        "lost_tokens": more.get("lost", 0),
+    }
+
+
+def _system_rows(key: tuple[int, str, str], per_hour: int) -> list[dict[str, Any]]:
+    service = key[1]
+    if service == "svc-0":  # a timestamp: every request its own variant, compacted
+        rest = per_hour - segments.KEEP
+        return [
+            *[_row(key, "system", f"{key[0]}-{k}", 1, lost=800) for k in range(segments.KEEP)],
+            _row(key, "system", segments.FOLDED_HASH, rest, folded=rest, lost=rest * 800),
+        ]
+    if service == "svc-1":  # two renderings of one prompt
+        return [
+            _row(key, "system", "sys-a", per_hour * 6 // 10, norm_hash="n", scenario="web-chat"),
+            _row(key, "system", "sys-b", per_hour * 4 // 10, norm_hash="n", scenario="api-agent",
+                 tokens=801, lost=per_hour // 100 * 800),
+        ]  # fmt: skip
+    return [_row(key, "system", "sys-1", per_hour)]
+
+
+def day_zero_segments(per_day: int) -> pl.DataFrame:
+    """One day of segment rollups for every (service, model) of the dashboard bench."""
+    per_hour = per_day // 24 // (len(dashboard_bench.SERVICES) * len(dashboard_bench.MODELS))
+    rows = []
+    for hour in range(24):
+        for service in dashboard_bench.SERVICES:
+            for model in dashboard_bench.MODELS:
+                key = (dashboard_bench.START_US + hour * HOUR_US, service, model)
+                rows.append(_row(key, "tools", "tools-1", per_hour, tokens=1200))
+                rows.extend(_system_rows(key, per_hour))
+    return pl.DataFrame(rows, schema=segments.SCHEMA)
+
+
+def add_segments(database_url: str, days: int, per_day: int) -> int:
+    from service.db import make_engine, make_sessionmaker
+    from service.repository import segments as segments_repo
+    from service.settings import Settings
+
+    engine = make_engine(Settings(database_url=database_url, run_jobs=False))
+    with make_sessionmaker(engine).begin() as session:
+        segments_repo.insert_segment_rollups(session, day_zero_segments(per_day))
+        columns = list(segments.SCHEMA)
+        for day in range(1, days):
+            exprs = ", ".join(
+                f"bucket_us + {day * dashboard_bench.DAY_US}" if c == "bucket_us" else c
+                for c in columns
+            )
+            session.execute(
+                text(
+                    f"INSERT INTO segment_rollups ({', '.join(columns)}) SELECT {exprs} "
+                    f"FROM segment_rollups WHERE bucket_us < "
+                    f"{dashboard_bench.START_US + dashboard_bench.DAY_US}"
+                )
+            )
+        count = int(session.scalar(text("SELECT count(*) FROM segment_rollups")) or 0)
+    engine.dispose()
+    return count
+
+
+def timed(client: httpx.Client, path: str, repeat: int) -> tuple[list[float], httpx.Response]:
+    times, answer = [], None
+    for _ in range(repeat):
+        started = time.perf_counter()
+        answer = client.get(path)
+        times.append((time.perf_counter() - started) * 1000)
+        answer.raise_for_status()
+    assert answer is not None
+    return times, answer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--per-day", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="cw-findings-"))
+    url = f"sqlite:///{folder / 'findings.db'}"
+    try:
+        started = time.perf_counter()
+        dashboard_bench.build(url, args.days, args.per_day)
+        rows = add_segments(url, args.days, args.per_day)
+        print(
+            f"built {args.days} days x {args.per_day:,} requests in "
+            f"{time.perf_counter() - started:.0f} s ({rows:,} segment rollup rows)"
+        )
+        with (
+            dashboard_bench.server(url, folder / "server.log") as base,
+            httpx.Client(base_url=base, timeout=60) as client,
+        ):
+            findings_ms, answer = timed(client, "/v1/findings", args.repeat)
+            metrics_ms, _ = timed(client, "/v1/metrics?bucket=1d", args.repeat)
+            found = answer.json()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    kinds = ", ".join(sorted({f"{f['kind']} {f['service']}/{f['model']}" for f in found}))
+    print(f"findings: {len(found)} ({kinds})")
+    print(f"GET /v1/findings, first (capacity curves replayed): {findings_ms[0]:7.1f} ms")
+    rows = (
+        ("GET /v1/findings, then", findings_ms[1:], "computed; the replays kept"),
+        ("GET /v1/metrics 1d", metrics_ms, "computed every time"),
+    )
+    for name, times, how in rows:
+        print(
+            f"{name:24} best {min(times):7.1f} ms   median {statistics.median(times):7.1f} ms"
+            f"   (n={len(times)}, {how})"
+        )
+    ratio = min(findings_ms[1:]) / min(metrics_ms)
+    first = "meets" if findings_ms[0] <= 500 else "MISSES"
+    then = "meets" if min(findings_ms[1:]) <= 500 else "MISSES"
+    print(
+        f"ratio findings / metrics (best): {ratio:.2f}; goal <= 500 ms: first {first}, then {then}"
+    )
+
+
+if __name__ == "__main__":
+    main()

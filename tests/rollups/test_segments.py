@@ -1,0 +1,90 @@
+"""The segment rollups: static segments only, lost tokens, merging, compaction."""
+
+import orjson
+import polars as pl
+
+from service.rollups import segments
+
+HOUR = segments.HOUR_US
+
+
+def _joined(rows: list[dict[str, object]]) -> pl.DataFrame:
+    return pl.DataFrame(
+        [
+            {
+                "id": i,
+                "ts_us": r.get("ts_us", 0),
+                "service": r.get("service", "svc"),
+                "model": "m",
+                "scenario": r.get("scenario"),
+                "prompt_tokens": 1000,
+                "cached_tokens": r.get("cached", 0),
+                "cacheable_tokens": r.get("cacheable", 0),
+                "segments": orjson.dumps(r["segments"]).decode(),
+            }
+            for i, r in enumerate(rows)
+        ]
+    )
+
+
+def _segments(system: object) -> list[dict[str, object]]:
+    return [
+        {"name": "tools", "hash": "t", "tokens": 100},
+        {"name": "system", "hash": system, "tokens": 200, "norm_hash": "n"},
+        {"name": "message[0]", "hash": "m", "tokens": 300},
+        {"name": "late", "hash": "x", "tokens": 5},
+    ]
+
+
+def test_only_the_static_start_is_kept_with_what_each_part_lost() -> None:
+    parts = segments.static_segments(
+        _joined([{"segments": _segments("a"), "cacheable": 150, "cached": 100}])
+    )
+    assert parts["name"].to_list() == ["tools", "system"]  # nothing after message[0]
+    # The static start ends at 300; 150 were reusable: tools lost 300 - 150, system
+    # (from 100 on) 300 - 150 as well.
+    assert parts["lost_tokens"].to_list() == [150, 150]
+    warm = segments.static_segments(_joined([{"segments": _segments("a"), "cacheable": 300}]))
+    assert warm["lost_tokens"].to_list() == [0, 0]
+
+
+def test_int_hashes_are_their_decimal_text_and_scenarios_are_kept() -> None:
+    sums = segments.segment_sums(
+        _joined([{"segments": _segments(12345), "scenario": "web"}, {"segments": _segments(12345)}])
+    )
+    system = sums.filter(pl.col("name") == "system").sort("scenario")
+    assert system["hash"].to_list() == ["12345", "12345"]
+    assert system["scenario"].to_list() == ["", "web"]
+    assert system["norm_hash"].to_list() == ["n", "n"]
+
+
+def test_compaction_keeps_distinct_variants_and_totals_exact() -> None:
+    rows = [
+        {"ts_us": h * HOUR + i, "segments": _segments(f"v{i % (100 if h == 0 else 10)}")}
+        for h in range(2)
+        for i in range(300)
+    ]
+    sums = segments.segment_sums(_joined(rows))
+    compacted = segments.compact(sums, over_before_us=HOUR)
+    system = compacted.filter(pl.col("name") == "system")
+    first = system.filter(pl.col("bucket_us") == 0)
+    # Hour 0 had 100 variants (> FOLD_OVER): KEEP rows and one folded row.
+    assert first.height == segments.KEEP + 1
+    folded = first.filter(pl.col("hash") == segments.FOLDED_HASH)
+    assert folded["folded"].item() == 100 - segments.KEEP
+    assert first.filter(pl.col("hash") != "").height + folded["folded"].item() == 100
+    for column in ("requests", "prompt_tokens", "lost_tokens"):
+        assert compacted[column].sum() == sums[column].sum()
+    # Hour 1 is not over (and has only 10 variants): untouched.
+    assert system.filter(pl.col("bucket_us") == HOUR).height == 10
+    # Compacting again changes nothing.
+    assert (
+        segments.compact(compacted, HOUR).sort(segments.KEYS).equals(compacted.sort(segments.KEYS))
+    )
+
+
+def test_merging_adds_rows_of_the_same_variant() -> None:
+    batch = segments.segment_sums(_joined([{"segments": _segments("a")}]))
+    merged = segments.merge([batch, batch])
+    assert merged["requests"].to_list() == [2, 2]
+    assert merged.height == batch.height

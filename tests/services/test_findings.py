@@ -1,0 +1,179 @@
+"""Findings (contract section 5b) on traffic with exactly one anti-pattern each, on
+healthy traffic, and through GET /v1/findings."""
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from service.findings import REWARM_KINDS
+from service.services.analytics_pass import catch_up
+from service.services.findings import findings
+from service.settings import Settings
+from tests.analytics.reference import record, request_metrics
+from tests.services import findings_traffic as traffic
+from tests.services.traffic import store
+
+BUILDERS: dict[str, Callable[[], list[dict[str, Any]]]] = {
+    "volatile_segment": traffic.volatile_segment,
+    "template_drift": traffic.template_drift,
+    "history_rewrite": traffic.history_rewrite,
+    "routing": traffic.routing,
+    "cold_fanout": traffic.cold_fanout,
+    "eviction": traffic.eviction,
+    "expiry": traffic.expiry,
+    "below_minimum": traffic.below_minimum,
+}
+#: The caching profile MODELS_FILE gives each model: (min_prompt_tokens, ttl_s).
+PROFILES = {"managed-sonnet": (None, 300.0), "short-haiku": (1024, None)}
+
+
+@pytest.fixture
+def profiled(tmp_path: Path, settings: Settings) -> Settings:
+    path = tmp_path / "models.toml"
+    path.write_text(traffic.MODELS_FILE)
+    return settings.model_copy(update={"models_file": path})
+
+
+def _found(session: Session, settings: Settings, records: list[dict[str, Any]]) -> Any:
+    store(session, records)
+    catch_up(session, settings)
+    return findings(session, settings)
+
+
+@pytest.mark.parametrize("kind", sorted(BUILDERS))
+def test_each_anti_pattern_alone_is_found_and_nothing_else(
+    kind: str, session: Session, profiled: Settings
+) -> None:
+    result = _found(session, profiled, BUILDERS[kind]())
+    assert [f.kind for f in result.findings] == [kind], [f.as_json() for f in result.findings]
+    finding = result.findings[0]
+    assert finding.service == "assistant"
+    assert finding.share_of_prompt_tokens >= profiled.finding_min_share
+    assert finding.evidence and finding.fix
+
+
+def test_healthy_traffic_has_no_finding(session: Session, profiled: Settings) -> None:
+    result = _found(session, profiled, traffic.healthy())
+    assert result.findings == []
+    assert "segments" not in result.missing and "sessions" not in result.missing
+
+
+def _reference_days(records: list[dict[str, Any]]) -> float:
+    first = min(r["ts"] for r in records) // 3600 * 3600
+    last = max(r["ts"] for r in records) // 3600 * 3600 + 3600
+    return (last - first) / 86_400
+
+
+def _reference_rewarm_tokens(records: list[dict[str, Any]], cause: str) -> int:
+    reference = []
+    for i, r in enumerate(records, start=1):
+        minimum, ttl = PROFILES.get(r["model"], (None, None))
+        reference.append(
+            record(
+                id=i,
+                ts_us=round(r["ts"] * 1_000_000),
+                model=r["model"],
+                prompt_tokens=r["prompt_tokens"],
+                cached_tokens=r["cached_tokens"],
+                ttft_ms=r.get("ttft_ms"),
+                replica=r.get("replica"),
+                session_id=r.get("session_id"),
+                block_size=r["block_size"],
+                block_hashes=r["block_hashes"],
+                min_prompt_tokens=minimum,
+                ttl_s=ttl,
+            )
+        )
+    values = request_metrics(reference, 3600.0).values()
+    return sum(v["rewarm_tokens"] for v in values if v["rewarm_cause"] == cause)
+
+
+@pytest.mark.parametrize("kind", sorted(REWARM_KINDS))
+def test_rewarm_kinds_waste_their_causes_rewarm_tokens_per_day(
+    kind: str, session: Session, profiled: Settings
+) -> None:
+    records = BUILDERS[kind]()
+    (finding,) = _found(session, profiled, records).findings
+    expected = _reference_rewarm_tokens(records, REWARM_KINDS[kind])
+    assert expected > 0
+    assert finding.wasted_tokens_per_day == round(expected / _reference_days(records))
+
+
+def test_expiry_counts_the_returns_a_longer_ttl_would_have_kept(
+    session: Session, profiled: Settings
+) -> None:
+    (finding,) = _found(session, profiled, traffic.expiry()).findings
+    assert finding.wasted_usd_per_day is not None and finding.wasted_usd_per_day > 0
+    assert "TTL 5 min" in finding.evidence[0]
+    assert "within twice the TTL" in finding.evidence[1]
+    assert "5 min" in finding.fix
+
+
+def test_eviction_sizes_the_budget_from_the_capacity_curve(
+    session: Session, profiled: Settings
+) -> None:
+    (finding,) = _found(session, profiled, traffic.eviction()).findings
+    capacity = " ".join(finding.evidence[1:])
+    assert "a KV budget of" in capacity and "reaches 95% of the ceiling" in capacity
+    assert "no `config` event told the KV budget" in capacity
+    assert "at least" in finding.fix
+
+
+def test_template_drift_names_who_sends_each_variant(session: Session, profiled: Settings) -> None:
+    (finding,) = _found(session, profiled, traffic.template_drift()).findings
+    assert finding.segment == "system"
+    text = "\n".join(finding.evidence)
+    assert "scenario `web-chat`" in text and "scenario `api-agent`" in text
+    # The minority rendering's requests carry about 40% of the prompt tokens.
+    assert 0.3 < finding.share_of_prompt_tokens < 0.5
+
+
+def test_volatile_segment_says_how_many_variants_an_hour(
+    session: Session, profiled: Settings
+) -> None:
+    (finding,) = _found(session, profiled, traffic.volatile_segment()).findings
+    assert finding.segment == "system"
+    assert "360 variants per hour over 360 requests" in finding.evidence[0]
+    assert finding.wasted_tokens_per_day > 0
+    assert "system prompt" in finding.fix
+
+
+def test_min_share_silences_small_findings(session: Session, profiled: Settings) -> None:
+    quiet = profiled.model_copy(update={"finding_min_share": 0.99})
+    assert _found(session, quiet, traffic.routing()).findings == []
+
+
+def test_no_data_no_findings_and_missing_fields_are_named(
+    session: Session, settings: Settings
+) -> None:
+    assert findings(session, settings).findings == []
+    records = [
+        {k: v for k, v in r.items() if k not in ("segments", "ttft_ms")}
+        for r in traffic.healthy()[:50]
+    ]
+    result = _found(session, settings, records)
+    assert result.missing == ["segments", "ttft"]
+
+
+def test_the_api_answers_the_contracts_shape(
+    client: TestClient, session: Session, read_headers: dict[str, str], profiled: Settings
+) -> None:
+    store(session, traffic.routing())
+    session.commit()
+    answer = client.get("/v1/findings", headers=read_headers)
+    assert answer.status_code == 200, answer.text
+    (finding,) = answer.json()
+    assert set(finding) == {
+        "kind", "service", "model", "group", "segment", "since", "share_of_prompt_tokens",
+        "wasted_tokens_per_day", "wasted_usd_per_day", "evidence", "fix",
+    }  # fmt: skip
+    assert finding["kind"] == "routing" and finding["since"].endswith("Z")
+    other = client.get("/v1/findings?service=nobody", headers=read_headers)
+    assert other.json() == []
+    bad = client.get("/v1/findings?from=yesterday", headers=read_headers)
+    assert bad.status_code == 422 and "from" in bad.text
+    assert client.get("/v1/findings").status_code == 401
