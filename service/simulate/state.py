@@ -93,7 +93,8 @@ class ServiceState:
             sum(r.share for r in spec.renderings[: i + 1]) / total
             for i in range(len(spec.renderings))
         ]
-        # Its own stream: drawing renderings leaves every other draw of the run as it was.
+        # A stream of its own: drawing renderings takes no draw from the others (the
+        # sessions open when they would without renderings).
         self._rendering_rnd = random.Random(mix64(seed * 1_000_003 + index) ^ 0x5CE7A710)
         self._users: dict[int, tuple[list[Piece], list[Segment]]] = {}
 

@@ -1,7 +1,7 @@
 """A service whose callers render its prompt two ways (`Rendering`): each session
 takes one, its records name it as their `scenario`, the `system` segment has a hash
 per rendering and one `norm_hash`, and the cache is split from the system prompt on;
-the rest of the run's draws are those of the service without renderings."""
+the sessions open when they would without renderings."""
 
 from collections import Counter, defaultdict
 from dataclasses import replace
@@ -113,8 +113,9 @@ def test_ingest_reads_the_scenario(result: SimulationResult) -> None:
 
 
 def test_renderings_leave_the_other_draws_of_the_run_as_they_were() -> None:
-    """The same sessions start at the same times, for the same users, with the same
-    turn counts, with or without renderings: only what the prompts hash to changes."""
+    """The same sessions open at the same times with or without renderings: the draw
+    of a session's rendering comes from a stream of its own. (What follows differs:
+    a rendering's misses change a turn's TTFT, hence when the next turn comes.)"""
 
     def openings(run: SimulationResult) -> list[tuple[str, str]]:
         seen: dict[str, str] = {}
