@@ -236,8 +236,9 @@ def demo(
     folder: Annotated[str, typer.Option(help="Where the demo database and logs go.")] = "demo",
     exit_when_done: Annotated[bool, typer.Option(help="Stop instead of serving on.")] = False,
 ) -> None:
-    """The whole product on the embedded database: simulated traffic with three
-    harmful releases and their fixes, detection, alerts, the dashboard."""
+    """The whole product on the embedded database: simulated traffic with a standing
+    template drift and four harmful changes with their fixes, detection, findings,
+    alerts, the dashboard."""
     from pathlib import Path
 
     from service.demo import run_demo

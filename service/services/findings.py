@@ -138,7 +138,12 @@ def _facts(
     replicas: dict[tuple[str, str], set[str]],
     to_us: int | None,
 ) -> Facts:
-    newest = findings_repo.newest_record(session, scope.service, scope.model, to_us)
+    """The replicas, and the profile's minimum and TTL. The TTL is the one in force
+    at the last expiry: that of the newest record before the end of the last hour
+    with expiry rewarms (a TTL raised since would not explain them)."""
+    expired = scope.hours.filter(pl.col("rewarm_tokens_expiry") > 0)["bucket_us"]
+    ttl_until = int(expired[-1]) + _HOUR_US if expired.len() else to_us
+    newest = findings_repo.newest_record(session, scope.service, scope.model, ttl_until)
     provider, record_ttl = newest if newest is not None else (None, None)
     profile = profiles.resolve(scope.model, provider)
     ttl = record_ttl if record_ttl is not None else (profile.ttl_s if profile else None)
