@@ -121,19 +121,8 @@ def segment_sums(joined: pl.DataFrame) -> pl.DataFrame:
     parts = static_segments(joined)
     if parts.is_empty():
         return empty()
-    return (
-        parts.group_by(KEYS)
-        .agg(
-            pl.col("norm_hash").drop_nulls().first(),
-            pl.col("tokens").max(),
-            pl.lit(0, pl.Int64).alias("folded"),
-            pl.len().cast(pl.Int64).alias("requests"),
-            pl.col("prompt_tokens").sum().cast(pl.Int64),
-            pl.col("lost_tokens").sum().cast(pl.Int64),
-        )
-        .select(list(SCHEMA))
-        .cast(SCHEMA)  # type: ignore[arg-type]
-    )
+    counted = parts.with_columns(pl.lit(0, pl.Int64).alias("folded"), pl.lit(1).alias("requests"))
+    return _summed(counted.select(list(SCHEMA)).cast(SCHEMA))  # type: ignore[arg-type]
 
 
 def merge(frames: list[pl.DataFrame]) -> pl.DataFrame:
@@ -141,6 +130,11 @@ def merge(frames: list[pl.DataFrame]) -> pl.DataFrame:
     rows = pl.concat([f.select(list(SCHEMA)).cast(SCHEMA) for f in frames])  # type: ignore[arg-type]
     if rows.is_empty():
         return empty()
+    return _summed(rows)
+
+
+def _summed(rows: pl.DataFrame) -> pl.DataFrame:
+    """One row per key: the counts added, a variant's norm_hash and tokens kept."""
     return (
         rows.group_by(KEYS)
         .agg(
