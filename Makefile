@@ -47,11 +47,18 @@ test-sqlite: install
 test-postgres: install postgres
 	CACHEWATCH_TEST_DATABASE_URL=$(PG_URL) $(PY) -m pytest -p no:cacheprovider
 
+# The two suites run side by side, one a core (CI has two): each prints its log
+# when both are done, and either failing fails the target.
 test: install system-deps postgres lint
-	@echo "== tests on SQLite =="
-	$(PY) -m pytest -p no:cacheprovider
-	@echo "== tests on PostgreSQL =="
-	CACHEWATCH_TEST_DATABASE_URL=$(PG_URL) $(PY) -m pytest -p no:cacheprovider
+	@echo "== tests on SQLite and on PostgreSQL, side by side =="
+	@logs=$$(mktemp -d); \
+	$(PY) -m pytest -p no:cacheprovider > $$logs/sqlite.log 2>&1 & sqlite=$$!; \
+	CACHEWATCH_TEST_DATABASE_URL=$(PG_URL) $(PY) -m pytest -p no:cacheprovider \
+	  > $$logs/postgres.log 2>&1; postgres=$$?; \
+	wait $$sqlite; sqlite=$$?; \
+	echo "== tests on SQLite (exit $$sqlite) =="; cat $$logs/sqlite.log; \
+	echo "== tests on PostgreSQL (exit $$postgres) =="; cat $$logs/postgres.log; \
+	rm -rf $$logs; test $$sqlite -eq 0 && test $$postgres -eq 0
 
 # The whole story on the embedded SQLite database; leaves the dashboard served.
 demo: install

@@ -114,6 +114,75 @@ def regression_line(r: dict[str, Any]) -> str:
 
 
 @app.command()
+def report(
+    service: Annotated[str | None, typer.Option(help="Only this service.")] = None,
+    from_: Annotated[
+        str | None,
+        typer.Option("--from", help="Start of the range, as a record's ts (RFC 3339 or epoch)."),
+    ] = None,
+    to: Annotated[
+        str | None,
+        typer.Option("--to", help="End of the range (excluded), as a record's ts."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="Print the report as Markdown (the default).")
+    ] = False,
+) -> None:
+    """The findings and the open regressions of a range, worst first in dollars a day,
+    each with its evidence and fix: Markdown to paste into a ticket, or JSON."""
+    import orjson
+
+    from service.findings.report import ReportRange, report_json, report_markdown
+    from service.services.findings import findings
+    from service.services.freshness import catch_up_before_read
+    from service.services.regressions import list_regressions, regression_to_json
+
+    if as_json and markdown:
+        raise typer.BadParameter("choose one of --json and --markdown", param_hint="--json")
+    range_ = ReportRange(_ts_option("--from", from_), _ts_option("--to", to))
+    if range_.from_us is not None and range_.to_us is not None and range_.from_us >= range_.to_us:
+        raise typer.BadParameter("--from must be before --to", param_hint="--from")
+    settings = get_settings()
+    load_profiles_or_exit(settings)
+    engine = make_engine(settings)
+    factory = make_sessionmaker(engine)
+    catch_up_before_read(factory, settings)
+    with factory() as session:
+        result = findings(
+            session, settings, service=service, from_us=range_.from_us, to_us=range_.to_us
+        )
+        regressions = [
+            regression_to_json(r)
+            for r in list_regressions(session, service, "open", REPORT_MAX_REGRESSIONS)
+        ]
+    engine.dispose()
+    if as_json:
+        answer = report_json(result, regressions, range_)
+        typer.echo(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode())
+        return
+    typer.echo(report_markdown(result, regressions, range_), nl=False)
+
+
+#: `cachewatch report` reads at most this many open regressions (the most
+#: `GET /v1/regressions` answers at once).
+REPORT_MAX_REGRESSIONS = 10_000
+
+
+def _ts_option(name: str, value: str | None) -> int | None:
+    """`--from`/`--to` take the same forms as a record's `ts` (contract section 6's
+    `from`/`to`); a bad one is a usage error (exit code 2) saying why."""
+    from service.ingest.timestamps import parse_ts_text
+
+    if value is None or value == "":
+        return None
+    try:
+        return parse_ts_text(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=name) from None
+
+
+@app.command()
 def retention(
     as_json: Annotated[bool, typer.Option("--json", help="Print the counts as JSON.")] = False,
 ) -> None:
@@ -167,8 +236,9 @@ def demo(
     folder: Annotated[str, typer.Option(help="Where the demo database and logs go.")] = "demo",
     exit_when_done: Annotated[bool, typer.Option(help="Stop instead of serving on.")] = False,
 ) -> None:
-    """The whole product on the embedded database: simulated traffic with three
-    harmful releases and their fixes, detection, alerts, the dashboard."""
+    """The whole product on the embedded database: simulated traffic with a standing
+    template drift and four harmful changes with their fixes, detection, findings,
+    alerts, the dashboard."""
     from pathlib import Path
 
     from service.demo import run_demo

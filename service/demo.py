@@ -7,11 +7,17 @@ that context to the tail), tools gathered from an unordered plugin registry (fix
 by sorting them), a scale-out to 4 replicas with round-robin (fixed by
 prefix-affinity routing). Beside it, a research assistant on Anthropic's API whose
 users pause about ten minutes between turns ships a release that drops its prompt
-cache TTL from 1 hour to 5 minutes (fixed by asking for the hour again). The demo
-writes its own models file, so both models have prices and every regression a
-cost. The records are posted to a real server over HTTP as a log shipper would;
-then detection runs, each regression is printed with its cause, attribution and
-cost, alerts go to Slack (or a local sink), and the dashboard is left served."""
+cache TTL from 1 hour to 5 minutes (fixed by asking for the hour again). And one
+problem no release introduces, there from the first minute: the assistant's two
+front ends, its web chat (60% of the sessions) and its API agent (40%), render the
+system prompt with one and two trailing newlines (`RENDERINGS`, the records'
+`scenario`): two cache entries for one prompt, a template drift that no change
+point can find. The demo writes its own models file, so both models have prices
+and every regression a cost. The records are posted to a real server over HTTP as
+a log shipper would; then detection runs, each regression is printed with its
+cause, attribution and cost, then the findings of the four days (worst first, one
+line each: kind, service, segment, share of the prompt tokens, dollars a day, the
+fix), alerts go to Slack (or a local sink), and the dashboard is left served."""
 
 from __future__ import annotations
 
@@ -28,8 +34,8 @@ import httpx
 
 from service import migrate
 from service.alerts.delivery import deliver_due
-from service.alerts.money import NO_PRICES
-from service.alerts.wording import cost_line
+from service.alerts.money import NO_PRICES, usd_per_day
+from service.alerts.wording import cost_line, pct
 from service.db import make_engine, make_sessionmaker
 from service.server_process import free_port, start_server, stop_server
 from service.services.tokens import Scope, create_token
@@ -41,6 +47,7 @@ from service.simulate import (
     DynamicSystemPrefix,
     LengthDist,
     PromptStructure,
+    Rendering,
     Routing,
     ScaleReplicas,
     Scenario,
@@ -58,6 +65,13 @@ from service.slack_sink import SlackSink, message_headline, start_slack_sink
 HOUR_S = 3600.0
 SERVICE = "corporate-assistant"
 MODEL = "acme-chat-70b"
+#: The corporate assistant's two front ends, from the first minute: the web chat
+#: renders the system prompt with one trailing newline, the API agent with two (one
+#: token more). Same prompt, two cache entries: a template drift no release made.
+RENDERINGS = (
+    Rendering("web-chat", 0.6),
+    Rendering("api-agent", 0.4, system_extra_tokens=1),
+)
 #: USD per million tokens (input, cache read, 5-minute cache write): Anthropic's
 #: list prices for Claude Sonnet 4.5, 2025-12. Both demo models are priced so.
 PRICES = (3.00, 0.30, 3.75)
@@ -90,6 +104,7 @@ def demo_scenario(seed: int = 7, peak_rate: float = 0.8) -> Scenario:
         block_size=256,
         cache_key="session",
         deploy="v3.4.0",
+        renderings=RENDERINGS,
     )
 
     def at(day: int, hour: float) -> float:
@@ -245,6 +260,13 @@ def run_demo(folder: Path, port: int, keep_serving: bool = True) -> list[dict[st
         print(f"\n{len(regressions)} regressions ({_since(started)}):", flush=True)
         for r in regressions:
             _print_regression(r)
+        found = httpx.get(
+            f"{server.url}/v1/findings", headers={"Authorization": f"Bearer {admin}"}, timeout=600
+        )
+        found.raise_for_status()
+        print(f"\n{len(found.json())} findings, worst first ({_since(started)}):", flush=True)
+        for f in found.json():
+            print(finding_line(f), flush=True)
         _deliver_alerts(env, sink)
         print(f"\ndone in {time.monotonic() - started:.0f} s. Dashboard: {server.url}/", flush=True)
         if keep_serving:
@@ -312,3 +334,13 @@ def _print_regression(r: dict[str, Any]) -> None:
     print(f"    {cost_line(r) or f'cost: {NO_PRICES}'}")
     for line in r["evidence"] or []:
         print(f"    {line}")
+
+
+def finding_line(f: dict[str, Any]) -> str:
+    """One finding (contract section 5b) on one line: kind, service, segment, share of
+    the prompt tokens, dollars a day (`no prices` without) and the fix."""
+    segment = f" `{f['segment']}`" if f.get("segment") else ""
+    return (
+        f"- {f['kind']}  {f['service']}{segment}  {pct(f['share_of_prompt_tokens'])} of prompt "
+        f"tokens  {usd_per_day(f['wasted_usd_per_day'])}  fix: {f['fix']}"
+    )

@@ -331,9 +331,9 @@ class SegmentRollup(Base):
     `volatile_segment` and `template_drift` findings (contract section 5b).
 
     `hash`/`norm_hash` are the segment's as sent (an int hash as its decimal text).
-    Scenario '' is none. An hour that is over keeps, per (service, model, name),
-    at most `service.rollups.segments.KEEP` variants with their own rows; the rest
-    fold into one row with hash '' whose `folded` counts them (so distinct
+    Scenario '' is none. An hour that is over keeps, per (service, model, name)
+    with many variants, rows only for its frequent ones (`service.rollups.segments`);
+    the rest fold into one row with hash '' whose `folded` counts them (so distinct
     variants per hour stay exact). Hour grain only."""
 
     __tablename__ = "segment_rollups"

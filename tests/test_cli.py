@@ -1,6 +1,8 @@
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -12,6 +14,7 @@ from service.models import ApiToken, Regression
 from service.services.tokens import hash_token
 from tests.alerts.test_message import regression
 from tests.conftest import PROJECT_ROOT, drop_database, fresh_database_url
+from tests.findings.test_report import as_html
 
 
 def test_migrate_then_token_create_prints_only_the_token(tmp_path, database_url: str) -> None:  # type: ignore[no-untyped-def]
@@ -49,7 +52,7 @@ def test_migrate_then_token_create_prints_only_the_token(tmp_path, database_url:
 BAD_MODELS_FILE = '[[model]]\nmatch = "gpt-*"\nttl_s = "5m"\n'
 
 
-@pytest.mark.parametrize("command", [["detect"], ["worker"], ["serve", "--port", "1"]])
+@pytest.mark.parametrize("command", [["detect"], ["report"], ["worker"], ["serve", "--port", "1"]])
 def test_a_bad_models_file_stops_the_command_naming_the_line(
     tmp_path: Path, command: list[str]
 ) -> None:
@@ -152,3 +155,144 @@ def test_detect_prints_what_each_regression_costs_a_day(tmp_path: Path) -> None:
     finally:
         engine.dispose()
         drop_database(url)
+
+
+def rendered_traffic() -> list[dict[str, Any]]:
+    """Half an hour of an assistant on a priced model whose callers render its system
+    prompt two ways (a template drift), as the simulator sends it."""
+    from service.simulate import (
+        DailyCurve,
+        LengthDist,
+        PromptStructure,
+        Rendering,
+        Scenario,
+        Service,
+        simulate,
+    )
+
+    service = Service(
+        name="assistant",
+        model="claude-sim",
+        prompt=PromptStructure(
+            system_tokens=1_500,
+            tool_tokens=(80,) * 4,
+            query=LengthDist(120, 0.5, 5, 2000),
+            reply=LengthDist(200, 0.5, 5, 2000),
+            turns_mean=4,
+            think_time_s=LengthDist(20, 0.5, 2, 600),
+        ),
+        peak_rate=1.0,
+        curve=DailyCurve.flat(),
+        replicas=1,
+        routing="prefix_affinity",
+        renderings=(Rendering("web-chat", 0.6), Rendering("api-agent", 0.4, 1)),
+    )
+    return simulate(Scenario("report", (service,), 1800.0, seed=3)).records
+
+
+def test_report_prints_the_findings_and_open_regressions_of_a_range(tmp_path: Path) -> None:
+    """A template drift (simulated) and an open regression (its cache lost halfway)
+    on priced models: the report, Markdown by default, is the renderer's text of the
+    findings service's result and the open regressions, and renders; `--json` holds
+    the same; `--to` before the regression's change leaves it out."""
+    from markdown_it import MarkdownIt
+
+    from service.db import make_engine, make_sessionmaker
+    from service.findings.report import ReportRange, report_json, report_markdown
+    from service.ingest.timestamps import parse_ts_text
+    from service.services.findings import findings
+    from service.services.regressions import regression_to_json
+    from service.settings import Settings
+    from tests.services.traffic import MODELS_FILE, drop_traffic, store
+
+    models = tmp_path / "models.toml"
+    models.write_text(MODELS_FILE, encoding="utf-8")
+    url = fresh_database_url(tmp_path, "cli_report")
+    settings = Settings(database_url=url, models_file=str(models))
+    engine = make_engine(settings)
+    env = {"CACHEWATCH_DATABASE_URL": url, "CACHEWATCH_MODELS_FILE": str(models)}
+    env["PATH"] = "/usr/bin:/bin"
+    cli = [sys.executable, "-m", "service.cli"]
+
+    def report(*options: str) -> str:
+        out = subprocess.run(
+            [*cli, "report", *options], env=env, cwd=PROJECT_ROOT, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    try:
+        subprocess.run([*cli, "migrate"], env=env, cwd=PROJECT_ROOT, check=True)
+        with make_sessionmaker(engine).begin() as session:
+            store(session, drop_traffic())
+            store(session, rendered_traffic())
+        detected = subprocess.run(
+            [*cli, "detect", "--json"], env=env, cwd=PROJECT_ROOT, capture_output=True
+        )
+        assert detected.returncode == 0, detected.stderr
+        [opened] = orjson.loads(detected.stdout)
+        assert opened["status"] == "open" and opened["cost"] is not None
+
+        markdown = report()
+        with make_sessionmaker(engine)() as session:
+            result = findings(session, settings)
+            stored = [regression_to_json(r) for r in session.scalars(select(Regression)).all()]
+        everything = ReportRange(None, None)
+        assert markdown == report_markdown(result, stored, everything)
+        assert report("--markdown") == markdown
+        drift = next(f for f in result.findings if f.kind == "template_drift")
+        assert drift.segment == "system" and drift.wasted_usd_per_day is not None
+        page = MarkdownIt("commonmark").render(markdown)
+        # Worst first in dollars: the regression's extra cost before the drift's waste.
+        assert opened["cost"]["extra_usd_per_day"] > drift.wasted_usd_per_day
+        assert f"<h2>1. Regression #{opened['id']} in <code>assistant</code>" in page
+        assert re.search(r"<h2>2\. Template drift <code>system</code>", page)
+        assert "scenario <code>api-agent</code>" in page
+        assert f"<strong>Fix:</strong> {as_html(drift.fix)}</p>" in page
+        for line in drift.evidence:
+            assert f"<li>{as_html(line)}</li>" in page, line
+
+        answer = orjson.loads(report("--json"))
+        assert answer == orjson.loads(orjson.dumps(report_json(result, stored, everything)))
+        assert [f["kind"] for f in answer["findings"]] == [f.kind for f in result.findings]
+        assert [r["id"] for r in answer["regressions"]] == [opened["id"]]
+
+        # A range that ends before the drop: the regression is not in it.
+        to = opened["change_ts"]
+        early = orjson.loads(report("--to", to, "--json"))
+        assert early["range"] == {"from": None, "to": to, "days": early["range"]["days"]}
+        assert early["regressions"] == []
+        with make_sessionmaker(engine)() as session:
+            before = findings(session, settings, to_us=parse_ts_text(to))
+        assert early["findings"] == [f.as_json() for f in before.findings]
+    finally:
+        engine.dispose()
+        drop_database(url)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--from", "yesterday"], "Invalid value for --from: ts 'yesterday' is not an RFC 3339"),
+        (["--to", "0123"], "Invalid value for --to: ts '0123': an epoch number is written"),
+        (["--from", "1764400000", "--to", "1764400000"], "--from must be before --to"),
+        (["--json", "--markdown"], "choose one of --json and --markdown"),
+    ],
+)
+def test_report_refuses_bad_options_saying_why(
+    tmp_path: Path, options: list[str], message: str
+) -> None:
+    """A usage error (exit code 2) on stderr, before the database is opened."""
+    env = {"CACHEWATCH_DATABASE_URL": f"sqlite:///{tmp_path / 'never.db'}", "PATH": "/usr/bin:/bin"}
+    env["COLUMNS"] = "200"  # the error box does not wrap the message
+    run = subprocess.run(
+        [sys.executable, "-m", "service.cli", "report", *options],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2 and run.stdout == ""
+    assert message in run.stderr
+    assert not (tmp_path / "never.db").exists()

@@ -1,7 +1,8 @@
 """`cachewatch demo` tells its story: four harmful releases (three of the corporate
 assistant, a cache TTL one of the research assistant on Anthropic's API), each
 found, attributed to its release with the right cause, priced, and resolved after
-its fix."""
+its fix; and a standing problem no release made (the assistant's web chat and API
+agent render its system prompt two ways), found as a template drift."""
 
 import json
 import tomllib
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from service.demo import demo_scenario, models_file, run_demo
+from service.alerts.money import usd_per_day
+from service.demo import RENDERINGS, demo_scenario, finding_line, models_file, run_demo
 from tests.conftest import free_port, is_postgres_run
 
 
@@ -49,8 +51,20 @@ def test_demo_story(
     assert printed.count("costs about $") == 4
     assert "cause expiry" in printed
     time_prefix = regressions[0]["evidence"]
-    assert any("segment `system`" in line for line in time_prefix)
-    assert any("segment `tools`" in line for line in regressions[1]["evidence"])
+    # Two renderings of the system prompt before v3.5.0, thousands of variants after.
+    assert any("segment `system` had 2 variants per hour before" in line for line in time_prefix)
+    assert any(
+        "segment `tools` had 1 variant per hour" in line for line in regressions[1]["evidence"]
+    )
+
+    # Then the findings, worst first, one line each: the two renderings of the system
+    # prompt are a template drift of the corporate assistant, priced.
+    findings = printed.split(" findings, worst first (")[1].split("\n\nalerts: ")[0]
+    lines = findings.splitlines()[1:]
+    assert lines and all(line.startswith("- ") for line in lines)
+    [drift] = [line for line in lines if line.startswith("- template_drift  corporate-assistant")]
+    assert drift.startswith("- template_drift  corporate-assistant `system`  ")
+    assert "% of prompt tokens  $" in drift and "/day  fix: render `system` through one" in drift
 
     # No webhook configured: the alerts went to the local Slack sink, one section per
     # regression, each naming its release and what changed.
@@ -59,7 +73,7 @@ def test_demo_story(
     sent = json.dumps(messages)
     for release in ("v3.5.0", "v3.6.0", "v7.0.0"):
         assert f"deploy `{release}`" in sent
-    assert "`system` went from 1 to" in sent and "`tools` went from 1 to" in sent
+    assert "`system` went from 2 to" in sent and "`tools` went from 1 to" in sent
     assert "the change to 4 replicas" in sent
 
 
@@ -77,3 +91,34 @@ def test_the_models_file_prices_every_model_and_gives_the_managed_one_its_rules(
         else:
             assert rule["provider"] == "anthropic"
             assert (rule["ttl_s"], rule["min_prompt_tokens"]) == (300, 1024)
+
+
+def test_the_assistant_is_rendered_two_ways_from_the_first_minute() -> None:
+    scenario = demo_scenario()
+    assert scenario.service("corporate-assistant").renderings == RENDERINGS
+    assert [(r.scenario, r.system_extra_tokens) for r in RENDERINGS] == [
+        ("web-chat", 0),
+        ("api-agent", 1),
+    ]
+    assert scenario.service("research-assistant").renderings == ()
+
+
+def test_a_finding_line_says_kind_service_segment_share_dollars_and_fix() -> None:
+    finding = {
+        "kind": "template_drift",
+        "service": "corporate-assistant",
+        "model": "acme-chat-70b",
+        "segment": "system",
+        "share_of_prompt_tokens": 0.4,
+        "wasted_usd_per_day": 1240.5,
+        "fix": "render `system` through one code path",
+    }
+    assert finding_line(finding) == (
+        "- template_drift  corporate-assistant `system`  40% of prompt tokens  "
+        "$1,241/day  fix: render `system` through one code path"
+    )
+    unpriced = finding_line({**finding, "segment": None, "wasted_usd_per_day": None})
+    assert unpriced == (
+        "- template_drift  corporate-assistant  40% of prompt tokens  "
+        f"{usd_per_day(None)}  fix: render `system` through one code path"
+    )

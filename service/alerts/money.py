@@ -46,6 +46,13 @@ def usd_per_day(value: float | None, *, signed: bool = False) -> str:
     return text if value is None or text == "n/a" else text + "/day"
 
 
+def short_count(value: float) -> str:
+    """A non-negative count of a million or more in the short form dollars take
+    from a million on, without the `$`: `1.24M`, `310B`, `5.00e+15`
+    (`wording.tokens` writes token counts with it)."""
+    return _scaled(Decimal(repr(float(value))))
+
+
 def _magnitude(amount: float) -> str:
     """A non-negative amount. Rounded half away from zero from its shortest decimal
     form (`repr`): 1650.5 is 1,651 and 2.675 is 2.68, where binary floats and

@@ -3,12 +3,13 @@ the cause in sentences a user can act on. Pure functions of the regression's JSO
 (contract section 5); the results are mrkdwn, with user strings made inert by
 `service.alerts.mrkdwn` (names as code spans, other data as plain text)."""
 
+import math
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from service.alerts.money import usd, usd_per_day
+from service.alerts.money import short_count, usd, usd_per_day
 from service.alerts.mrkdwn import code, plain
 
 CAUSE_LABELS: dict[str, str] = {
@@ -27,6 +28,52 @@ def pct(value: object) -> str:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return "n/a"
     return f"{value:.0%}"
+
+
+#: A finding's kind (contract section 5b) as a report's heading names it.
+FINDING_TITLES: dict[str, str] = {
+    "volatile_segment": "Volatile segment",
+    "template_drift": "Template drift",
+    "history_rewrite": "History rewrite",
+    "routing": "Routing misses",
+    "cold_fanout": "Cold fan-out",
+    "eviction": "Eviction",
+    "expiry": "Cache expiry",
+    "below_minimum": "Below the caching minimum",
+}
+#: What each kind of finding means, in the user's terms: the causes' labels for the
+#: kinds that are a cause's rewarms (`service.findings.kinds.REWARM_KINDS`, not
+#: imported here: the findings' modules may use these words) and history rewrites.
+FINDING_LABELS: dict[str, str] = {
+    "volatile_segment": "a part of the request's start differs between most requests",
+    "template_drift": "one part of the prompt is rendered several ways, which splits the cache",
+    **{
+        kind: CAUSE_LABELS[kind]
+        for kind in (
+            "history_rewrite",
+            "routing",
+            "cold_fanout",
+            "eviction",
+            "expiry",
+            "below_minimum",
+        )
+    },
+}
+
+
+def tokens(count: float) -> str:
+    """`1 token`, `12,400 tokens`, `1.24M tokens`: whole tokens with thousands
+    separators under a million, from a million on in three significant digits as
+    millions of dollars are written (`money.short_count`). Not finite: `n/a`."""
+    if isinstance(count, bool) or not isinstance(count, int | float) or not math.isfinite(count):
+        return "n/a"
+    whole = abs(count)
+    rounded = math.floor(whole + 0.5)  # half away from zero, as `money` rounds
+    sign = "-" if count < 0 and rounded else ""
+    if whole < 999_999.5:
+        shown = f"{rounded:,}"
+        return f"{sign}{shown} token{'' if shown == '1' else 's'}"
+    return f"{sign}{short_count(whole)} tokens"
 
 
 _COST_KEYS = ("extra_usd_per_day", "usd_per_day_before", "usd_per_day_after")

@@ -2,12 +2,12 @@
 whether or not anything changed, with what it costs and the fix.
 
 `KINDS` lists every kind once, in the order a report groups them when they cost the
-same; `fix_of` gives each kind's fix in the words of a senior engineer (the
-checklist the anti-patterns come from: static content first, personalization at
-the end, one canonical rendering, tools and schemas sorted and free of live ids,
-append-only history, cache-key or prefix-aware routing, warm the shared start
-before fanning out, a KV budget for the working set, a TTL for the traffic's
-pauses). Every other module reads them from here."""
+same; every other module reads the kinds from here. `service.findings.fixes` gives
+each kind's fix in the words of a senior engineer (the checklist the anti-patterns
+come from: static content first, personalization at the end, one canonical
+rendering, tools and schemas sorted and free of live ids, append-only history,
+cache-key or prefix-aware routing, warm the shared start before fanning out, a KV
+budget for the working set, a TTL for the traffic's pauses)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The segment findings, read from the segment rollups (`service.rollups.segments`):
 `volatile_segment` and `template_drift` (contract section 5b).
 
-`rows` holds the segment rollups of the range for every service of the scopes'
-models (template drift compares services).
+`SegmentFrames` holds the segment rollups of the range for every service of the
+scopes' models (template drift compares services), as the database sums them.
 
 volatile_segment: an hour is volatile for a (service, model, segment) when at
 least `volatile_min_requests` requests carried the segment and more than
@@ -44,44 +44,34 @@ _VARIANT = pl.col("hash") != FOLDED_HASH
 
 
 def volatile_findings(
-    rows: pl.DataFrame,
+    frames: SegmentFrames,
     scopes: list[Scope],
     thresholds: Thresholds,
     rate: Mapping[str, float | None],
 ) -> list[Finding]:
-    if rows.is_empty():
-        return []
-    hours = (
-        rows.group_by(["bucket_us", "service", "model", "name"])
-        .agg(
-            pl.col("requests").sum().alias("carriers"),
-            (pl.col("hash").filter(_VARIANT).n_unique() + pl.col("folded").sum()).alias("distinct"),
-            pl.col("prompt_tokens").sum(),
-            pl.col("lost_tokens").sum(),
-        )
-        .with_columns(
-            (
-                (pl.col("carriers") >= thresholds.volatile_min_requests)
-                & (pl.col("distinct") > thresholds.volatile_share * pl.col("carriers"))
-            ).alias("volatile")
-        )
-    )
     found = []
     for scope in scopes:
-        mine = hours.filter((pl.col("service") == scope.service) & (pl.col("model") == scope.model))
-        for (name,), named in mine.sort("bucket_us").group_by(["name"], maintain_order=True):
-            finding = _volatile(scope, str(name), named, thresholds, rate.get(scope.model))
+        mine = frames.volatile.filter(
+            (pl.col("service") == scope.service) & (pl.col("model") == scope.model)
+        )
+        for (name,), volatile in mine.sort("bucket_us").group_by(["name"], maintain_order=True):
+            hours = frames.hours_sent(scope.service, scope.model, str(name))
+            finding = _volatile(
+                scope, str(name), volatile, hours, thresholds, rate.get(scope.model)
+            )
             if finding is not None:
                 found.append(finding)
     return found
 
 
 def _volatile(
-    scope: Scope, name: str, hours: pl.DataFrame, thresholds: Thresholds, rate: float | None
+    scope: Scope,
+    name: str,
+    volatile: pl.DataFrame,
+    hours: int,
+    thresholds: Thresholds,
+    rate: float | None,
 ) -> Finding | None:
-    volatile = hours.filter(pl.col("volatile"))
-    if volatile.is_empty():
-        return None
     prompt = scope.totals["prompt_tokens"]
     share = float(volatile["prompt_tokens"].sum()) / prompt if prompt else 0.0
     if share < thresholds.min_share:
@@ -91,7 +81,7 @@ def _volatile(
     wasted = round(scope.per_day(float(volatile["lost_tokens"].sum())))
     evidence = [
         f"segment `{name}`: {distinct:,.0f} variants per hour over {carriers:,.0f} requests "
-        f"carrying it, in {volatile.height:,} of the {hours.height:,} hours it was sent",
+        f"carrying it, in {volatile.height:,} of the {hours:,} hours it was sent",
         f"the requests carrying it sent {pct(share)} of the prompt tokens; each variant makes "
         f"the static start from `{name}` on differ: {wasted:,} tokens a day not reused",
     ]
@@ -120,20 +110,51 @@ class _Drift:
     since_us: int
     side_by_side_hours: int
     hours: int
+    carriers: int  # requests carrying the name, model-wide
     by_norm_hash: bool
 
 
+@dataclass(frozen=True)
+class SegmentFrames:
+    """The segment rollups of a range as the database sums them
+    (`service.repository.segments`): the `volatile` hours of each (service, model,
+    name) with their carriers, distinct variants, prompt and lost tokens; the
+    `spans` (hours carried and carriers) per (service, model, name) and, with
+    service '', per (model, name); the rows of the frequent `variants` (each
+    carried by at least `drift_variant_share` of its name's requests); and per
+    (service, model, name) the count of `bare` variants (sent without norm_hash)."""
+
+    volatile: pl.DataFrame
+    spans: pl.DataFrame
+    variants: pl.DataFrame
+    bare: pl.DataFrame
+
+    def _span(self, service: str, model: str, name: str) -> tuple[int, int]:
+        row = self.spans.filter(
+            (pl.col("service") == service) & (pl.col("model") == model) & (pl.col("name") == name)
+        )
+        return (int(row["hours"][0]), int(row["carriers"][0])) if row.height else (0, 0)
+
+    def hours_sent(self, service: str, model: str, name: str) -> int:
+        return self._span(service, model, name)[0]
+
+    def model_span(self, model: str, name: str) -> tuple[int, int]:
+        """(hours, carriers) of a name over every service of the model."""
+        return self._span("", model, name)
+
+
 def drift_findings(
-    rows: pl.DataFrame,
+    frames: SegmentFrames,
     scopes: list[Scope],
     thresholds: Thresholds,
     rate: Mapping[str, float | None],
 ) -> list[Finding]:
+    rows = frames.variants
     if rows.is_empty():
         return []
     found = []
     wanted = {(s.service, s.model): s for s in scopes}
-    for drift in _drifts(rows, thresholds):
+    for drift in _drifts(frames, thresholds):
         variants = rows.filter(
             (pl.col("model") == drift.model)
             & (pl.col("name") == drift.name)
@@ -148,46 +169,44 @@ def drift_findings(
     return sorted(found, key=lambda f: (f.service, f.model, f.segment or ""))
 
 
-def _drifts(rows: pl.DataFrame, thresholds: Thresholds) -> list[_Drift]:
+def _drifts(frames: SegmentFrames, thresholds: Thresholds) -> list[_Drift]:
     out = []
-    for (model, name), named in rows.group_by(["model", "name"], maintain_order=True):
-        carriers = int(named["requests"].sum())
+    for (model, name), named in frames.variants.group_by(["model", "name"], maintain_order=True):
         variants = (
-            named.filter(_VARIANT)
-            .group_by("hash")
+            named.group_by("hash")
             .agg(
                 pl.col("requests").sum(),
                 pl.col("norm_hash").drop_nulls().first(),
                 pl.col("tokens").max(),
                 pl.col("service").unique().alias("services"),
             )
-            .filter(pl.col("requests") >= thresholds.drift_variant_share * carriers)
             .sort(["requests", "hash"], descending=[True, False])
         )
-        hours = named["bucket_us"].n_unique()
-        for group, by_norm in _candidate_groups(named, variants, thresholds):
+        hours, carriers = frames.model_span(str(model), str(name))
+        bare = frames.bare.filter((pl.col("model") == model) & (pl.col("name") == name))
+        for group, by_norm in _candidate_groups(variants, bare, thresholds):
             drift = _side_by_side(named, group, hours, thresholds)
             if drift is not None:
-                out.append(_Drift(str(model), str(name), group, *drift, hours, by_norm))
+                out.append(_Drift(str(model), str(name), group, *drift, hours, carriers, by_norm))
     return out
 
 
 def _candidate_groups(
-    named: pl.DataFrame, variants: pl.DataFrame, thresholds: Thresholds
+    variants: pl.DataFrame, bare: pl.DataFrame, thresholds: Thresholds
 ) -> list[tuple[list[str], bool]]:
-    """Sets of two or more frequent hashes that look like one part rendered two ways."""
+    """Sets of two or more frequent hashes that look like one part rendered two ways:
+    sharing a norm_hash; else, within one service sending 2 to drift_max_variants
+    bare variants, those whose token counts are within the tolerance."""
     groups: list[tuple[list[str], bool]] = []
     normed = variants.filter(pl.col("norm_hash").is_not_null())
     for _, same in normed.group_by("norm_hash", maintain_order=True):
         if same.height >= 2:
             groups.append((same["hash"].to_list(), True))
-    bare = variants.filter(pl.col("norm_hash").is_null())
-    for (service,), _ in named.group_by(["service"], maintain_order=True):
-        mine = named.filter((pl.col("service") == service) & pl.col("norm_hash").is_null())
-        distinct = mine.filter(_VARIANT)["hash"].n_unique() + int(mine["folded"].sum())
+    unnormed = variants.filter(pl.col("norm_hash").is_null())
+    for service, distinct in bare.select("service", "distinct").sort("service").iter_rows():
         if not 2 <= distinct <= thresholds.drift_max_variants:
             continue
-        sent = bare.filter(pl.col("services").list.contains(service))
+        sent = unnormed.filter(pl.col("services").list.contains(service))
         if sent.height < 2:
             continue
         tokens = sent["tokens"]
@@ -258,7 +277,7 @@ def _drift_evidence(drift: _Drift, variants: pl.DataFrame, thresholds: Threshold
         f"segment `{drift.name}` is sent {len(drift.hashes)} ways {how}, side by side in "
         f"{drift.side_by_side_hours:,} of the {drift.hours:,} hours it was sent"
     ]
-    total = int(variants["requests"].sum())
+    total = drift.carriers
     base_tokens = None
     for number, value in enumerate(drift.hashes, start=1):
         rows = variants.filter(pl.col("hash") == value)

@@ -17,10 +17,13 @@ static start would have shared.
 Rows merge by adding, like every rollup. An hour that is over (every record of it
 has been seen: a later one would make the pass rebuild it) is *compacted*: a
 (service, model, name) with more than `FOLD_OVER` distinct hashes that hour keeps
-its `KEEP` most used hashes (any variant carrying 5% or more of the requests is
-among them: at most 20 can) and folds the others into one row with hash '' whose
-`folded` counts them. Distinct hashes per hour stay exact (kept rows + folded), and
-a month of a segment holding a timestamp is 33 rows an hour, not one per request.
+as rows of their own only its hashes carrying at least `KEEP_SHARE` of its requests
+(at most `KEEP`, the most used) and folds the others into one row with hash ''
+whose `folded` counts them. Distinct hashes per hour stay exact (kept rows +
+folded), and an hour of a segment holding a timestamp is one row, not one per
+request. A template drift's variants (5% of the requests or more by default) keep
+their rows; a `CACHEWATCH_FINDING_DRIFT_VARIANT_SHARE` below `KEEP_SHARE` would not
+see, in such hours, the variants folded away.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import polars as pl
 #: over keeps only its KEEP most used ones as rows of their own.
 FOLD_OVER = 64
 KEEP = 32
+KEEP_SHARE = 0.01
 #: The hash of the row holding the folded variants.
 FOLDED_HASH = ""
 
@@ -117,19 +121,8 @@ def segment_sums(joined: pl.DataFrame) -> pl.DataFrame:
     parts = static_segments(joined)
     if parts.is_empty():
         return empty()
-    return (
-        parts.group_by(KEYS)
-        .agg(
-            pl.col("norm_hash").drop_nulls().first(),
-            pl.col("tokens").max(),
-            pl.lit(0, pl.Int64).alias("folded"),
-            pl.len().cast(pl.Int64).alias("requests"),
-            pl.col("prompt_tokens").sum().cast(pl.Int64),
-            pl.col("lost_tokens").sum().cast(pl.Int64),
-        )
-        .select(list(SCHEMA))
-        .cast(SCHEMA)  # type: ignore[arg-type]
-    )
+    counted = parts.with_columns(pl.lit(0, pl.Int64).alias("folded"), pl.lit(1).alias("requests"))
+    return _summed(counted.select(list(SCHEMA)).cast(SCHEMA))  # type: ignore[arg-type]
 
 
 def merge(frames: list[pl.DataFrame]) -> pl.DataFrame:
@@ -137,6 +130,11 @@ def merge(frames: list[pl.DataFrame]) -> pl.DataFrame:
     rows = pl.concat([f.select(list(SCHEMA)).cast(SCHEMA) for f in frames])  # type: ignore[arg-type]
     if rows.is_empty():
         return empty()
+    return _summed(rows)
+
+
+def _summed(rows: pl.DataFrame) -> pl.DataFrame:
+    """One row per key: the counts added, a variant's norm_hash and tokens kept."""
     return (
         rows.group_by(KEYS)
         .agg(
@@ -164,9 +162,13 @@ def compact(rows: pl.DataFrame, over_before_us: int) -> pl.DataFrame:
         .with_columns(
             pl.len().over(GROUP).alias("distinct"),
             (pl.int_range(pl.len()).over(GROUP) + 1).alias("rank"),
+            (pl.col("requests") / pl.col("requests").sum().over(GROUP)).alias("share"),
         )
     )
-    dropped = ranked.filter((pl.col("distinct") > FOLD_OVER) & (pl.col("rank") > KEEP))
+    dropped = ranked.filter(
+        (pl.col("distinct") > FOLD_OVER)
+        & ((pl.col("rank") > KEEP) | (pl.col("share") < KEEP_SHARE))
+    )
     if dropped.is_empty():
         return rows
     marked = over.join(

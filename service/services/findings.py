@@ -8,15 +8,16 @@ to its hour), as the hour rollups hold them. Nothing is stored and nothing alert
 The eviction finding's capacity curve replays the newest
 `REPLAY_MAX_REQUESTS` requests with block hashes of the model in the range (as the
 dashboard's capacity figure does), only when an eviction finding is reported, once
-per model. A replay costs about half a second on 20,000 requests of 128 blocks, so
-its result is kept per process (`_REPLAYS`, the newest `_REPLAYS_KEPT`), keyed by
-the model, the range and the newest record id: any new record makes a new key, so
-a kept curve is never stale."""
+per model, the models side by side. A replay costs 0.15 to 0.5 s on 20,000
+requests of 128 blocks, so its result is kept per process (`_REPLAYS`, the newest
+`_REPLAYS_KEPT`), keyed by the model, the range and the newest record id: any new
+record makes a new key, so a kept curve is never stale."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 
 import polars as pl
 from sqlalchemy.orm import Session
@@ -37,6 +38,7 @@ _HOUR_US = 3600 * 1_000_000
 #: The capacity curve is read at these sizes (tokens): 1Ki to 16Gi, two a doubling.
 _SIZES = tuple(round(1024 * 2 ** (k / 2)) for k in range(0, 2 * 24 + 1))
 _REPLAYS_KEPT = 16
+_REPLAY_THREADS = 2
 _REPLAYS: OrderedDict[tuple[str, int, int, int], tuple[CapacityResult, int]] = OrderedDict()
 _REPLAYS_LOCK = threading.Lock()
 
@@ -60,20 +62,55 @@ def findings(
         return FindingsResult([], [], 0.0)
     profiles = profiles_for(settings)
     facts = {(s.service, s.model): _facts(session, s, profiles, replicas, to_us) for s in scopes}
-    for scope in rewarms.eviction_scopes(scopes, thresholds):
+    evicting = rewarms.eviction_scopes(scopes, thresholds)
+    low, high = start if start is not None else 0, to_us if to_us is not None else 2**62
+    curves = _replays(session, sorted({s.model for s in evicting}), low, high)
+    for scope in evicting:
         key = (scope.service, scope.model)
-        facts[key] = _with_capacity(session, facts[key], scope, thresholds, start, to_us)
-    rows = segments_repo.segment_rollups(
-        session, models=sorted({s.model for s in scopes}), from_us=start, to_us=to_us
-    )
+        facts[key] = _with_capacity(session, facts[key], scope, thresholds, curves, high)
+    frames = _segment_frames(session, scopes, thresholds, start, to_us)
     rate = _rates(session, scopes, profiles, to_us)
     found = [
-        *segments.volatile_findings(rows, scopes, thresholds, rate),
-        *segments.drift_findings(rows, scopes, thresholds, rate),
+        *segments.volatile_findings(frames, scopes, thresholds, rate),
+        *segments.drift_findings(frames, scopes, thresholds, rate),
         *rewarms.rewarm_findings(scopes, thresholds, facts),
     ]
     days = max(s.days for s in scopes)
-    return FindingsResult(worst_first(found), _missing(scopes, replicas, had_ttft, rows), days)
+    missing = _missing(scopes, replicas, had_ttft, frames.spans)
+    return FindingsResult(worst_first(found), missing, days)
+
+
+def _segment_frames(
+    session: Session,
+    scopes: list[Scope],
+    thresholds: Thresholds,
+    from_us: int | None,
+    to_us: int | None,
+) -> segments.SegmentFrames:
+    """The segment rollups of every service of the scopes' models (template drift
+    compares services), summed by the database."""
+    models = sorted({s.model for s in scopes})
+    return segments.SegmentFrames(
+        volatile=segments_repo.volatile_hours(
+            session,
+            models=models,
+            from_us=from_us,
+            to_us=to_us,
+            min_requests=thresholds.volatile_min_requests,
+            share=thresholds.volatile_share,
+        ),
+        spans=segments_repo.segment_spans(session, models=models, from_us=from_us, to_us=to_us),
+        variants=segments_repo.frequent_variants(
+            session,
+            models=models,
+            from_us=from_us,
+            to_us=to_us,
+            min_share=thresholds.drift_variant_share,
+        ),
+        bare=segments_repo.bare_variant_counts(
+            session, models=models, from_us=from_us, to_us=to_us
+        ),
+    )
 
 
 def _missing(
@@ -101,7 +138,12 @@ def _facts(
     replicas: dict[tuple[str, str], set[str]],
     to_us: int | None,
 ) -> Facts:
-    newest = findings_repo.newest_record(session, scope.service, scope.model, to_us)
+    """The replicas, and the profile's minimum and TTL. The TTL is the one in force
+    at the last expiry: that of the newest record before the end of the last hour
+    with expiry rewarms (a TTL raised since would not explain them)."""
+    expired = scope.hours.filter(pl.col("rewarm_tokens_expiry") > 0)["bucket_us"]
+    ttl_until = int(expired[-1]) + _HOUR_US if expired.len() else to_us
+    newest = findings_repo.newest_record(session, scope.service, scope.model, ttl_until)
     provider, record_ttl = newest if newest is not None else (None, None)
     profile = profiles.resolve(scope.model, provider)
     ttl = record_ttl if record_ttl is not None else (profile.ttl_s if profile else None)
@@ -136,12 +178,10 @@ def _with_capacity(
     facts: Facts,
     scope: Scope,
     thresholds: Thresholds,
-    from_us: int | None,
-    to_us: int | None,
+    curves: dict[str, tuple[CapacityResult, int]],
+    high: int,
 ) -> Facts:
-    low = from_us if from_us is not None else 0
-    high = to_us if to_us is not None else 2**62
-    curve, replayed = _replay(session, scope.model, low, high)
+    curve, replayed = curves[scope.model]
     needed = None
     if curve.ceiling:
         target = thresholds.ceiling_target * curve.ceiling
@@ -158,18 +198,35 @@ def _with_capacity(
     return Facts(facts.replicas, facts.ttl_s, facts.min_prompt_tokens, capacity)
 
 
-def _replay(session: Session, model: str, low: int, high: int) -> tuple[CapacityResult, int]:
-    """The capacity curve of the model's newest requests in [low, high), and how many
-    it replayed: kept per process (module docstring)."""
-    key = (model, low, high, dashboard_repo.newest_usage_id(session))
-    with _REPLAYS_LOCK:
-        if key in _REPLAYS:
-            _REPLAYS.move_to_end(key)
-            return _REPLAYS[key]
-    sample = dashboard_repo.latest_block_frame(session, model, low, high, REPLAY_MAX_REQUESTS)
-    replayed = (capacity_curve(sample, _SIZES), sample.height)
-    with _REPLAYS_LOCK:
-        _REPLAYS[key] = replayed
-        while len(_REPLAYS) > _REPLAYS_KEPT:
-            _REPLAYS.popitem(last=False)
-    return replayed
+def _replays(
+    session: Session, models: list[str], low: int, high: int
+) -> dict[str, tuple[CapacityResult, int]]:
+    """Per model, the capacity curve of its newest requests in [low, high) and how
+    many it replayed: kept per process (module docstring). The samples are read in
+    turn; the replays run side by side (NumPy releases the GIL in its sorts)."""
+    newest = dashboard_repo.newest_usage_id(session)
+    out: dict[str, tuple[CapacityResult, int]] = {}
+    todo: dict[str, tuple[tuple[str, int, int, int], pl.DataFrame]] = {}
+    for model in models:
+        key = (model, low, high, newest)
+        with _REPLAYS_LOCK:
+            kept = _REPLAYS.get(key)
+            if kept is not None:
+                _REPLAYS.move_to_end(key)
+                out[model] = kept
+                continue
+        sample = dashboard_repo.latest_block_frame(session, model, low, high, REPLAY_MAX_REQUESTS)
+        todo[model] = (key, sample)
+    if not todo:
+        return out
+    with ThreadPoolExecutor(max_workers=min(len(todo), _REPLAY_THREADS)) as pool:
+        curves = pool.map(
+            lambda sample: capacity_curve(sample, _SIZES), [s for _, s in todo.values()]
+        )
+        for (model, (key, sample)), curve in zip(todo.items(), curves, strict=True):
+            out[model] = (curve, sample.height)
+            with _REPLAYS_LOCK:
+                _REPLAYS[key] = out[model]
+                while len(_REPLAYS) > _REPLAYS_KEPT:
+                    _REPLAYS.popitem(last=False)
+    return out

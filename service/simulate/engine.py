@@ -88,6 +88,7 @@ class _Session:
     history_segments: list[Segment]  # segments of the first messages of `history`
     last: Hashed  # the previous turn's prompt, base of incremental hashing
     last_turn_start: int = 0  # index in `history` of the last exchange's first piece
+    rendering: int = 0  # which of the service's renderings its prompts take
 
 
 class Engine:
@@ -188,7 +189,8 @@ class Engine:
             key_str = f"{state.name}-u{user}"
         turns = geometric(rnd, spec.prompt.turns_mean, spec.prompt.max_turns)
         key = key_hash(key_str) if key_str is not None else None
-        return _Session(sid, user, key, key_str, turns, [], [], EMPTY)
+        rendering = state.draw_rendering()
+        return _Session(sid, user, key, key_str, turns, [], [], EMPTY, rendering=rendering)
 
     def _turn(self, state: ServiceState, session: _Session, t: float) -> Record:
         """One turn of a session: its prompt is built and served, the exchange is
@@ -200,6 +202,7 @@ class Engine:
         record["session_id"] = session.sid
         if session.key_str is not None:
             record["cache_key"] = session.key_str
+        _tag_scenario(state, session, record)
         self._extend_history(state, session, query, completion)
         session.turns_left -= 1
         end = t + latency_s
@@ -213,7 +216,9 @@ class Engine:
         """The turn's prompt (static start, user context, the history it carries, a
         new query), hashed from the session's previous prompt when there is one (the
         shared start is not hashed again), its listed segments, and the query."""
-        static_pieces, static_segments, base = state.static(self.start_epoch + t, session.user)
+        static_pieces, static_segments, base = state.static(
+            self.start_epoch + t, session.user, session.rendering
+        )
         user_pieces, user_segments = state.user_context(session.user)
         query: Piece = (self._uid(), sample_length(state.normals, state.spec.prompt.query))
         history, history_segments = self._prompt_history(state, session)
@@ -288,7 +293,9 @@ class Engine:
         fan = state.fanout
         reply_dist = fan.reply if fan is not None else state.spec.prompt.reply
         call_tokens = fan.call_tokens if fan is not None else 60
-        static_pieces, static_segments, base = state.static(self.start_epoch + t, session.user)
+        static_pieces, static_segments, base = state.static(
+            self.start_epoch + t, session.user, session.rendering
+        )
         user_pieces, user_segments = state.user_context(session.user)
         context: Piece = task[0]
         shared = [*static_pieces, *user_pieces, context]
@@ -309,6 +316,7 @@ class Engine:
         record, _ = self._serve(state, t, hashed, session.key, completion, segments)
         if session.key_str is not None:
             record["cache_key"] = session.key_str
+        _tag_scenario(state, session, record)
         return record
 
     def _serve(
@@ -437,6 +445,13 @@ class Engine:
                 state.ttl = action.ttl
             case Deploy() | TrafficMultiplier():
                 pass  # a tag only / applied to the arrival process up front
+
+
+def _tag_scenario(state: ServiceState, session: _Session, record: Record) -> None:
+    """A service with renderings: the record names its session's (`scenario`)."""
+    scenario = state.scenario_of(session.rendering)
+    if scenario is not None:
+        record["scenario"] = scenario
 
 
 def _check_change(change: Change, services: dict[str, ServiceState]) -> None:

@@ -99,6 +99,31 @@ class PromptStructure:
 
 
 @dataclass(frozen=True)
+class Rendering:
+    """One way the callers of a service render its prompt, as one `scenario` of its
+    traffic (contract section 1's record field): a web chat and an API client that
+    build the same system prompt with one and two trailing newlines. Each session
+    takes one rendering, drawn by `share` (the shares of a service's renderings are
+    relative weights). A rendering's system prompt is its own text,
+    `system_extra_tokens` longer than the service's `system_tokens`: its `system`
+    segment has a `hash` of its own, and so do the block hashes from the system
+    prompt on (the cache holds one copy of the start per rendering), while its
+    `norm_hash`, the hash of the text as normalized, is the service's one."""
+
+    scenario: str
+    share: float
+    system_extra_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.scenario:
+            raise ValueError("a rendering needs a scenario name")
+        if not self.share > 0:
+            raise ValueError(f"rendering {self.scenario!r}: share must be > 0")
+        if self.system_extra_tokens < 0:
+            raise ValueError(f"rendering {self.scenario!r}: system_extra_tokens must be >= 0")
+
+
+@dataclass(frozen=True)
 class ManagedProvider:
     """A managed API's prompt cache (Anthropic-style) serving a service instead of
     its own replicas: rules in `service.simulate.managed`. `ttl` is what the callers
@@ -114,7 +139,11 @@ class ManagedProvider:
 class Service:
     """One calling application, served by its own pool of replicas, or by a
     managed API when `managed` is set (then `replicas`, `routing`, `kv_tokens`
-    and `cache_key` play no part: a managed API routes and caches itself)."""
+    and `cache_key` play no part: a managed API routes and caches itself).
+
+    `renderings`: the ways its callers render the prompt, each a `scenario` of its
+    traffic (see `Rendering`); its records then carry `scenario`, and the segments
+    of their static start a `norm_hash`. None: one rendering, no `scenario`."""
 
     name: str
     model: str
@@ -132,6 +161,12 @@ class Service:
     deploy: str | None = "v1.0.0"
     max_message_segments: int = 4  # message[i] segments listed per record
     managed: ManagedProvider | None = None
+    renderings: tuple[Rendering, ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [r.scenario for r in self.renderings]
+        if len(set(names)) != len(names):
+            raise ValueError(f"service {self.name!r}: two renderings name one scenario")
 
 
 # ---------------------------------------------------------------------------

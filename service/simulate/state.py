@@ -1,5 +1,12 @@
 """A service's mutable state during a run (release tag, prompt mode flags,
-replicas), and how it renders the static start of its prompts."""
+replicas), and how it renders the static start of its prompts.
+
+A service with `renderings` renders its start one way per rendering (a session
+keeps the one it drew, `draw_rendering`): the system prompt is the rendering's own
+text, and every segment of the start also carries `norm_hash`, the hash of the part
+as normalized: the service's canonical system text for `system` (what the renderings
+share), the part itself for the others (tools in a floating order are no rendering
+of one text: normalizing keeps their order)."""
 
 from __future__ import annotations
 
@@ -16,6 +23,7 @@ from service.simulate.scenario import (
     DynamicSystemPrefix,
     Fanout,
     HistoryRewrite,
+    Rendering,
     Service,
 )
 from service.simulate.traffic import Normals
@@ -23,8 +31,16 @@ from service.simulate.traffic import Normals
 Segment = dict[str, Any]
 
 
-def segment(name: str, pieces: list[Piece]) -> Segment:
-    return {"name": name, "hash": seg_hash(pieces), "tokens": sum(t for _, t in pieces)}
+def segment(name: str, pieces: list[Piece], norm: list[Piece] | None = None) -> Segment:
+    """A segment of the start; with `norm` (the part as normalized), its `norm_hash`."""
+    described: Segment = {
+        "name": name,
+        "hash": seg_hash(pieces),
+        "tokens": sum(t for _, t in pieces),
+    }
+    if norm is not None:
+        described["norm_hash"] = seg_hash(norm)
+    return described
 
 
 def message(name: str, piece: Piece) -> Segment:
@@ -71,44 +87,61 @@ class ServiceState:
             label_cid(spec.name, "response_format", p.response_format_tokens),
             p.response_format_tokens,
         )
-        self.canonical: dict[str, tuple[list[Piece], Segment]] = {}
-        for name, pieces in (
-            ("system", [self.system_piece]),
-            ("tools", self.tool_pieces),
-            ("response_format", [self.rf_piece]),
-        ):
-            kept = [pc for pc in pieces if pc[1] > 0]
-            if kept:
-                self.canonical[name] = (kept, segment(name, kept))
-        self.static_pieces, self.static_segments = self._compose(0.0, 0)
-        self.static_base = hash_prompt(self.static_pieces, self.block_size)
+        self.renderings = [_Rendering(self, r) for r in spec.renderings] or [_Rendering(self)]
+        total = sum(r.share for r in spec.renderings)
+        self._cumulative = [
+            sum(r.share for r in spec.renderings[: i + 1]) / total
+            for i in range(len(spec.renderings))
+        ]
+        # A stream of its own: drawing renderings takes no draw from the others (the
+        # sessions open when they would without renderings).
+        self._rendering_rnd = random.Random(mix64(seed * 1_000_003 + index) ^ 0x5CE7A710)
         self._users: dict[int, tuple[list[Piece], list[Segment]]] = {}
 
-    def _compose(self, t_epoch: float, user: int) -> tuple[list[Piece], list[Segment]]:
+    def draw_rendering(self) -> int:
+        """The rendering of a new session (an index of `renderings`), by their shares."""
+        if len(self.renderings) == 1:
+            return 0
+        u = self._rendering_rnd.random()
+        return next((i for i, c in enumerate(self._cumulative) if u < c), len(self._cumulative) - 1)
+
+    def scenario_of(self, rendering: int) -> str | None:
+        """The `scenario` the records of that rendering carry (None: none)."""
+        return self.renderings[rendering].scenario
+
+    def _compose(
+        self, t_epoch: float, user: int, rendering: _Rendering
+    ) -> tuple[list[Piece], list[Segment]]:
         pieces: list[Piece] = []
         segments: list[Segment] = []
         for name in self.spec.prompt.order:
-            if name not in self.canonical:
+            if name not in rendering.canonical:
                 continue
-            part, described = self.canonical[name]
+            part, described = rendering.canonical[name]
             if name == "system" and self.dynamic is not None:
                 dyn = self.dynamic
                 label = int(t_epoch // dyn.granularity_s) if dyn.source == "time" else user
-                part = [(label_cid(self.name, dyn.source, label), dyn.tokens), *part]
-                described = segment(name, part)
+                varying: Piece = (label_cid(self.name, dyn.source, label), dyn.tokens)
+                part = [varying, *part]
+                norm = None if rendering.norms is None else [varying, *rendering.norms[name]]
+                described = segment(name, part, norm)
             elif name == "tools" and self.shuffled:
                 part = list(part)
                 self.rnd.shuffle(part)
-                described = segment(name, part)
+                described = segment(name, part, None if rendering.norms is None else part)
             pieces.extend(part)
             segments.append(described)
         return pieces, segments
 
-    def static(self, t_epoch: float, user: int) -> tuple[list[Piece], list[Segment], Hashed]:
-        """The static start at this instant for this user, and a hashing base."""
+    def static(
+        self, t_epoch: float, user: int, rendering: int = 0
+    ) -> tuple[list[Piece], list[Segment], Hashed]:
+        """The static start at this instant for this user in that rendering, and a
+        hashing base."""
+        rendered = self.renderings[rendering]
         if self.dynamic is None and not self.shuffled:
-            return self.static_pieces, self.static_segments, self.static_base
-        pieces, segments = self._compose(t_epoch, user)
+            return rendered.pieces, rendered.segments, rendered.base
+        pieces, segments = self._compose(t_epoch, user, rendered)
         return pieces, segments, EMPTY
 
     def user_context(self, user: int) -> tuple[list[Piece], list[Segment]]:
@@ -121,3 +154,34 @@ class ServiceState:
             cached = (pieces, [segment("user_context", pieces)])
             self._users[user] = cached
         return cached
+
+
+class _Rendering:
+    """One rendering of a service's static start: its parts (`canonical`, each with
+    its segment), the parts as normalized when the service has renderings (`norms`,
+    None otherwise: no `norm_hash` is sent), and the start when nothing varies it
+    (`pieces`, `segments`, `base`)."""
+
+    def __init__(self, state: ServiceState, spec: Rendering | None = None) -> None:
+        p = state.spec.prompt
+        self.scenario = None if spec is None else spec.scenario
+        system = state.system_piece
+        if spec is not None:
+            tokens = p.system_tokens + spec.system_extra_tokens
+            system = (label_cid(state.name, "system", p.system_tokens, spec.scenario), tokens)
+        self.canonical: dict[str, tuple[list[Piece], Segment]] = {}
+        self.norms: dict[str, list[Piece]] | None = None if spec is None else {}
+        for name, pieces, norm in (
+            ("system", [system], [state.system_piece]),
+            ("tools", state.tool_pieces, state.tool_pieces),
+            ("response_format", [state.rf_piece], [state.rf_piece]),
+        ):
+            kept = [pc for pc in pieces if pc[1] > 0]
+            if not kept:
+                continue
+            if self.norms is not None:
+                self.norms[name] = [pc for pc in norm if pc[1] > 0]
+            normalized = None if self.norms is None else self.norms[name]
+            self.canonical[name] = (kept, segment(name, kept, normalized))
+        self.pieces, self.segments = state._compose(0.0, 0, self)
+        self.base = hash_prompt(self.pieces, state.block_size)

@@ -83,6 +83,14 @@ def test_compaction_keeps_distinct_variants_and_totals_exact() -> None:
     )
 
 
+def test_an_hour_where_every_request_is_its_own_variant_is_one_row() -> None:
+    rows = [{"ts_us": i, "segments": _segments(f"t{i}")} for i in range(200)]
+    system = segments.compact(segments.segment_sums(_joined(rows)), HOUR).filter(
+        pl.col("name") == "system"
+    )
+    assert system.select("hash", "folded", "requests").rows() == [("", 200, 200)]
+
+
 def test_merging_adds_rows_of_the_same_variant() -> None:
     batch = segments.segment_sums(_joined([{"segments": _segments("a")}]))
     merged = segments.merge([batch, batch])

@@ -177,3 +177,19 @@ def test_the_api_answers_the_contracts_shape(
     bad = client.get("/v1/findings?from=yesterday", headers=read_headers)
     assert bad.status_code == 422 and "from" in bad.text
     assert client.get("/v1/findings").status_code == 401
+
+
+def test_expiry_names_the_ttl_in_force_when_prefixes_expired(
+    session: Session, profiled: Settings
+) -> None:
+    records = traffic.expiry()
+    last = max(r["ts"] for r in records)
+    # Later, the caller asks for an hour: new prefixes, no rewarm.
+    later = [
+        {**records[0], "request_id": f"later{i}", "ts": last + 3600 + i, "session_id": None,
+         "block_hashes": [70_000_000 + 10 * i + j for j in range(4)], "prompt_tokens": 400,
+         "cached_tokens": 0, "cache_ttl_s": 3600}
+        for i in range(5)
+    ]  # fmt: skip
+    (finding,) = _found(session, profiled, records + later).findings
+    assert "TTL 5 min" in finding.evidence[0] and "1 h" not in finding.fix
