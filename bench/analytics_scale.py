@@ -6,12 +6,14 @@ table). For each size, in a fresh subprocess (so peak RSS never mixes):
   the database write), over N synthetic requests (bench/_synthetic.py: 16 blocks,
   24 h, 8 replicas, 100,000 sessions) held in memory;
 * with `--db-sizes`, `catch_up`: the real first analytics pass against a fresh
-  SQLite database holding those N records (read, compute, write rollups).
+  SQLite database holding those N records (read, compute, write rollups); with
+  `--segments` also `catch_up+s`, the same records each carrying three segments
+  (tools, system, a message), which the segment rollups read.
 
 A worker whose RSS passes --max-rss-gib is killed and reported as such.
 
     .venv/bin/python bench/analytics_scale.py [--sizes 100000,1000000,5000000]
-        [--db-sizes 100000,1000000] [--max-rss-gib 10]
+        [--db-sizes 100000,1000000] [--segments] [--max-rss-gib 10]
 """
 
 from __future__ import annotations
@@ -82,7 +84,15 @@ def worker_pass(n: int) -> dict[str, Any]:
     }
 
 
-def worker_catch_up(n: int, db: str) -> dict[str, Any]:
+#: What `--segments` gives every record: the static start (tools, system) and its
+#: first message, as `service.fingerprint` would send them (issue 18's segment rollups).
+SEGMENTS = [
+    {"name": "tools", "hash": "tools-v1", "tokens": 1200, "norm_hash": "n-tools"},
+    {"name": "system", "hash": "system-v1", "tokens": 800, "norm_hash": "n-system"},
+]
+
+
+def worker_catch_up(n: int, db: str, segments: bool = False) -> dict[str, Any]:
     from service import migrate, repository
     from service.db import make_engine, make_sessionmaker
     from service.services import analytics_pass
@@ -101,6 +111,10 @@ def worker_catch_up(n: int, db: str) -> dict[str, Any]:
             {**empty, **r, "request_id": f"r{start + i}", "received_us": r["ts_us"]}
             for i, r in enumerate(chunk)
         ]
+        if segments:
+            for i, row in enumerate(rows):
+                message = {"name": "message[0]", "hash": f"m{start + i}", "tokens": 40}
+                row["segments"] = [*SEGMENTS, message]
         with engine.begin() as conn:
             conn.execute(repository.USAGE_TABLE.insert(), rows)
     del frame
@@ -142,11 +156,19 @@ def main() -> None:
     parser.add_argument("--sizes", default="100000,1000000,5000000")
     parser.add_argument("--db-sizes", default="", help="also a real catch_up on SQLite")
     parser.add_argument("--max-rss-gib", type=float, default=10.0)
+    parser.add_argument(
+        "--segments",
+        action="store_true",
+        help="each catch_up also with segments on every record (the segment rollups' cost)",
+    )
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         kind, n = args.worker[0], int(args.worker[1])
-        out = worker_pass(n) if kind == "pass" else worker_catch_up(n, args.worker[2])
+        if kind == "pass":
+            out = worker_pass(n)
+        else:
+            out = worker_catch_up(n, args.worker[2], segments=args.worker[3:] == ["segments"])
         print(json.dumps(out))
         return
 
@@ -170,19 +192,21 @@ def main() -> None:
     db_sizes = [int(s) for s in args.db_sizes.split(",") if s]
     with tempfile.TemporaryDirectory(prefix="cachewatch-scale-") as tmp:
         for n in db_sizes:
-            db = str(Path(tmp) / f"scale-{n}.db")
-            out = run_worker(["catch_up", str(n), db], max_rss)
-            if "killed_at_mib" in out:
+            for variant in ("", "segments") if args.segments else ("",):
+                db = str(Path(tmp) / f"scale-{n}{variant}.db")
+                out = run_worker(["catch_up", str(n), db, *([variant] if variant else [])], max_rss)
+                name = "catch_up+s" if variant else "catch_up"
+                if "killed_at_mib" in out:
+                    print(f"{name:<10} {n:>10,} killed: RSS passed {out['killed_at_mib']:,.0f} MiB")
+                    continue
                 print(
-                    f"{'catch_up':<10} {n:>10,} killed: RSS passed {out['killed_at_mib']:,.0f} MiB"
+                    f"{name:<10} {n:>10,} {out['total_s']:>8.2f} "
+                    f"{out['total_s'] / n * 1e6:>7.1f} {out['peak_mib']:>7,.0f} MiB  "
+                    f"SQLite read + compute + rollup write (filling it took "
+                    f"{out['insert_s']:.0f} s)"
+                    + (", every record with 3 segments" if variant else "")
                 )
-                continue
-            print(
-                f"{'catch_up':<10} {n:>10,} {out['total_s']:>8.2f} "
-                f"{out['total_s'] / n * 1e6:>7.1f} {out['peak_mib']:>7,.0f} MiB  "
-                f"SQLite read + compute + rollup write (filling it took {out['insert_s']:.0f} s)"
-            )
-            os.unlink(db)
+                os.unlink(db)
 
 
 if __name__ == "__main__":
