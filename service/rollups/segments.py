@@ -62,6 +62,14 @@ _SEGMENT = pl.List(
     )
 )
 _MESSAGE = "message["
+#: A request's own columns beside its static text (`static_segments`).
+_REQUEST_COLUMNS = ("bucket_us", "service", "model", "scenario", "prompt_tokens", "reused")
+#: The stored JSON from its first `message[...]` segment on, cut before decoding: a
+#: long conversation's messages are most of the text, and none of them is read.
+#: Segment objects are flat (no braces inside), so `[^{}]*` stays within one.
+_FIRST_MESSAGE = r'\{[^{}]*"name"\s*:\s*"message\[.*$'
+_MESSAGES_FIRST = r"(?s)^\[\s*" + _FIRST_MESSAGE  # the request starts with a message
+_MESSAGES_AFTER = r"(?s),\s*" + _FIRST_MESSAGE
 
 
 def empty() -> pl.DataFrame:
@@ -79,29 +87,32 @@ def static_segments(joined: pl.DataFrame) -> pl.DataFrame:
     carriers = joined.filter(pl.col("segments").is_not_null())
     if carriers.is_empty():
         return pl.DataFrame()
-    parts = (
-        carriers.select(
-            (pl.col("ts_us") // HOUR_US * HOUR_US).alias("bucket_us"),
-            "id",
-            "service",
-            "model",
-            pl.col("scenario").fill_null(""),
-            "prompt_tokens",
-            pl.max_horizontal("cacheable_tokens", "cached_tokens").alias("reused"),
-            pl.col("segments").str.json_decode(_SEGMENT).alias("segment"),
-        )
-        .explode("segment")
-        .filter(pl.col("segment").is_not_null())
-        .unnest("segment")
-        .with_columns(pl.col("tokens").fill_null(0))
+    requests = carriers.select(
+        (pl.col("ts_us") // HOUR_US * HOUR_US).alias("bucket_us"),
+        "service",
+        "model",
+        pl.col("scenario").fill_null(""),
+        "prompt_tokens",
+        pl.max_horizontal("cacheable_tokens", "cached_tokens").alias("reused"),
+        pl.col("segments")
+        .str.replace(_MESSAGES_FIRST, "[]")
+        .str.replace(_MESSAGES_AFTER, "]")
+        .alias("static_text"),
     )
-    parts = parts.with_columns(
-        (pl.col("tokens").cum_sum().over("id") - pl.col("tokens")).alias("start"),
-        pl.col("name").str.starts_with(_MESSAGE).cum_sum().over("id").alias("after_message"),
-    ).filter(pl.col("after_message") == 0)
-    static_end = pl.col("tokens").sum().over("id")
+    # Most requests of a service share their static start's text: each distinct one
+    # is decoded once and joined back. When most texts are distinct (a timestamp at
+    # the top), decoding each request's own is cheaper than the join.
+    texts = requests.select(pl.col("static_text").unique())
+    if texts.height > requests.height // 2:
+        parts = _parsed(requests)
+    else:
+        parts = requests.join(
+            _parsed(texts).drop(_REQUEST_COLUMNS, strict=False), on="static_text", how="inner"
+        )
     return parts.with_columns(
-        (static_end - pl.max_horizontal("start", "reused")).clip(lower_bound=0).alias("lost_tokens")
+        (pl.col("static_end") - pl.max_horizontal("start", "reused"))
+        .clip(lower_bound=0)
+        .alias("lost_tokens")
     ).select(
         "bucket_us",
         "service",
@@ -113,6 +124,41 @@ def static_segments(joined: pl.DataFrame) -> pl.DataFrame:
         "tokens",
         "prompt_tokens",
         "lost_tokens",
+    )
+
+
+def _parsed(texts: pl.DataFrame) -> pl.DataFrame:
+    """Per row of `static_text` (with the request's columns, if it has them), one row
+    per static segment: its name, hashes and tokens, where it starts, and where the
+    static start ends."""
+    element = pl.element().struct
+    # Before the first message[...] (the cut leaves none unless the JSON was written
+    # in another form); a prefix of each list.
+    static = pl.col("segment").list.eval(
+        element.field("name").str.starts_with(_MESSAGE).cum_sum() == 0
+    )
+    sizes = pl.col("segment").list.eval(element.field("tokens").fill_null(0))
+    return (
+        texts.with_columns(pl.col("static_text").str.json_decode(_SEGMENT).alias("segment"))
+        .with_columns(static.alias("static"), sizes.alias("sizes"))
+        .with_columns(
+            pl.col("sizes").list.eval(pl.element().cum_sum() - pl.element()).alias("start"),
+            (pl.col("sizes") * pl.col("static").list.eval(pl.element().cast(pl.Int64)))
+            .list.sum()
+            .alias("static_end"),
+        )
+        .explode(["segment", "start", "static"])
+        .filter(pl.col("static").fill_null(False))
+        .unnest("segment")
+        .select(
+            *[c for c in (*_REQUEST_COLUMNS, "static_text") if c in texts.columns],
+            "name",
+            "hash",
+            "norm_hash",
+            pl.col("tokens").fill_null(0),
+            "start",
+            "static_end",
+        )
     )
 
 

@@ -96,3 +96,17 @@ def test_merging_adds_rows_of_the_same_variant() -> None:
     merged = segments.merge([batch, batch])
     assert merged["requests"].to_list() == [2, 2]
     assert merged.height == batch.height
+
+
+def test_shared_and_distinct_static_texts_give_the_same_rows() -> None:
+    """Most rows sharing one static text take the decode-once-and-join path; each
+    row alone takes the direct one: the same rows either way."""
+    rows = [
+        {"segments": _segments("a"), "cacheable": reuse, "ts_us": i}
+        for i, reuse in enumerate([0, 100, 150, 250, 300, 0])
+    ]
+    shared = segments.static_segments(_joined(rows))
+    alone = pl.concat([segments.static_segments(_joined([r])) for r in rows])
+    key = ["name", "lost_tokens"]
+    assert shared.sort(key).select(key).equals(alone.sort(key).select(key))
+    assert shared.height == 12
