@@ -7,7 +7,9 @@ of svc-0 every day, daily deploy events, one scale-out and a KV budget `config`
 event, one regression per day for svc-0. Day 0 is generated, the other days are
 copies shifted by whole days (as bench/analytics.py does). The newest 20,000
 requests of each model are also stored as records (the cap of the capacity replay),
-so the capacity panel replays at its worst case; the analytics cursor is set past
+so the capacity panel replays at its worst case; the segment rollups the findings
+panel reads (svc-0's system prompt carries a timestamp, svc-1's is rendered two
+ways; bench/findings.py times GET /v1/findings on the same data); the analytics cursor is set past
 them so no data request recomputes anything.
 
 Then, against a real `cachewatch serve` on that database (public read):
@@ -52,10 +54,12 @@ import polars as pl  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
 from service.analytics.definitions import CAUSES  # noqa: E402
+from service.rollups import segments  # noqa: E402
 from service.server_process import free_port, start_server, stop_server  # noqa: E402
 
 DAY_US = 86_400 * 1_000_000
 MINUTE_US = 60 * 1_000_000
+HOUR_US = 3600 * 1_000_000
 START_US = 1_767_225_600 * 1_000_000  # 2026-01-01T00:00:00Z
 SERVICES = [f"svc-{k}" for k in range(4)]
 MODELS = ["model-a", "model-b"]
@@ -263,6 +267,7 @@ def build(database_url: str, days: int, per_day: int) -> dict[str, Any]:
         counts["chart_rollups"] = int(
             session.scalar(text("SELECT count(*) FROM chart_rollups")) or 0
         )
+        counts["segment_rollups"] = add_segments(session, days, per_day)
         events: list[dict[str, Any]] = []
         for day in range(days):
             for k, service in enumerate(SERVICES):
@@ -330,6 +335,73 @@ def build(database_url: str, days: int, per_day: int) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - started, "rows": counts, "chart_s": chart_s}
 
 
+# --- segment rollups (the findings' evidence) ----------------------------------------
+
+
+def _row(key: tuple[int, str, str], name: str, hash_: str, n: int, **more: Any) -> dict[str, Any]:
+    bucket, service, model = key
+    return {
+        "bucket_us": bucket,
+        "service": service,
+        "model": model,
+        "scenario": more.get("scenario", ""),
+        "name": name,
+        "hash": hash_,
+        "norm_hash": more.get("norm_hash"),
+        "tokens": more.get("tokens", 800),
+        "folded": more.get("folded", 0),
+        "requests": n,
+        "prompt_tokens": n * 3000,
+        "lost_tokens": more.get("lost", 0),
+    }
+
+
+def _system_rows(key: tuple[int, str, str], per_hour: int) -> list[dict[str, Any]]:
+    service = key[1]
+    if service == "svc-0":  # a timestamp: every request its own variant, compacted
+        return [
+            _row(key, "system", segments.FOLDED_HASH, per_hour, folded=per_hour,
+                 lost=per_hour * 800),
+        ]  # fmt: skip
+    if service == "svc-1":  # two renderings of one prompt
+        return [
+            _row(key, "system", "sys-a", per_hour * 6 // 10, norm_hash="n", scenario="web-chat"),
+            _row(key, "system", "sys-b", per_hour * 4 // 10, norm_hash="n", scenario="api-agent",
+                 tokens=801, lost=per_hour // 100 * 800),
+        ]  # fmt: skip
+    return [_row(key, "system", "sys-1", per_hour)]
+
+
+def day_zero_segments(per_day: int) -> pl.DataFrame:
+    """One day of segment rollups for every (service, model) of the dashboard bench."""
+    per_hour = per_day // 24 // (len(SERVICES) * len(MODELS))
+    rows = []
+    for hour in range(24):
+        for service in SERVICES:
+            for model in MODELS:
+                key = (START_US + hour * HOUR_US, service, model)
+                rows.append(_row(key, "tools", "tools-1", per_hour, tokens=1200))
+                rows.extend(_system_rows(key, per_hour))
+    return pl.DataFrame(rows, schema=segments.SCHEMA)
+
+
+def add_segments(session: Any, days: int, per_day: int) -> int:
+    """Day 0's segment rollups, copied to the other days; the rows in all."""
+    from service.repository import segments as segments_repo
+
+    segments_repo.insert_segment_rollups(session, day_zero_segments(per_day))
+    columns = list(segments.SCHEMA)
+    for day in range(1, days):
+        exprs = ", ".join(f"bucket_us + {day * DAY_US}" if c == "bucket_us" else c for c in columns)
+        session.execute(
+            text(
+                f"INSERT INTO segment_rollups ({', '.join(columns)}) SELECT {exprs} "
+                f"FROM segment_rollups WHERE bucket_us < {START_US + DAY_US}"
+            )
+        )
+    return int(session.scalar(text("SELECT count(*) FROM segment_rollups")) or 0)
+
+
 # --- the server -------------------------------------------------------------------------
 
 
@@ -367,7 +439,7 @@ def time_requests(url: str, repeat: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with httpx.Client(base_url=url, timeout=120, headers={"Accept-Encoding": "gzip"}) as client:
         for label, query in VIEWS.items():
-            for panel in ("series", "capacity", "tables"):
+            for panel in ("series", "capacity", "tables", "findings"):
                 path = f"/dashboard/data/{panel}?{query}"
                 if panel == "capacity":  # the first call may start the replay: let it end
                     for _ in range(300):

@@ -2,12 +2,9 @@
 
 The dashboard bench's data (bench/dashboard.py `build`: D days of R requests a day
 in the rollups, 4 services x 2 models x 8 replicas, a KV budget `config` event, the
-newest 20,000 requests of each model as records for the capacity replay), plus the
-segment rollups such traffic makes: per hour and (service, model), `tools` and
-`system`; svc-0's `system` carries a timestamp (every request its own variant,
-compacted as the pass compacts an hour that is over: one folded row),
-svc-1 sends `system` rendered two ways (scenarios web-chat and api-agent, one
-`norm_hash`), the others one variant.
+newest 20,000 requests of each model as records for the capacity replay, and the
+segment rollups: svc-0's system prompt carries a timestamp, svc-1's is rendered
+two ways).
 
 Then, against a real `cachewatch serve` on that database (public read), over the
 whole range: GET /v1/findings with the eviction findings' capacity curves replayed
@@ -31,7 +28,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -39,85 +35,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import dashboard as dashboard_bench  # noqa: E402
 import httpx  # noqa: E402
-import polars as pl  # noqa: E402
-from sqlalchemy import text  # noqa: E402
-
-from service.rollups import segments  # noqa: E402
-
-HOUR_US = 3600 * 1_000_000
-
-
-def _row(key: tuple[int, str, str], name: str, hash_: str, n: int, **more: Any) -> dict[str, Any]:
-    bucket, service, model = key
-    return {
-        "bucket_us": bucket,
-        "service": service,
-        "model": model,
-        "scenario": more.get("scenario", ""),
-        "name": name,
-        "hash": hash_,
-        "norm_hash": more.get("norm_hash"),
-        "tokens": more.get("tokens", 800),
-        "folded": more.get("folded", 0),
-        "requests": n,
-        "prompt_tokens": n * 3000,
-        "lost_tokens": more.get("lost", 0),
-    }
-
-
-def _system_rows(key: tuple[int, str, str], per_hour: int) -> list[dict[str, Any]]:
-    service = key[1]
-    if service == "svc-0":  # a timestamp: every request its own variant, compacted
-        return [
-            _row(key, "system", segments.FOLDED_HASH, per_hour, folded=per_hour,
-                 lost=per_hour * 800),
-        ]  # fmt: skip
-    if service == "svc-1":  # two renderings of one prompt
-        return [
-            _row(key, "system", "sys-a", per_hour * 6 // 10, norm_hash="n", scenario="web-chat"),
-            _row(key, "system", "sys-b", per_hour * 4 // 10, norm_hash="n", scenario="api-agent",
-                 tokens=801, lost=per_hour // 100 * 800),
-        ]  # fmt: skip
-    return [_row(key, "system", "sys-1", per_hour)]
-
-
-def day_zero_segments(per_day: int) -> pl.DataFrame:
-    """One day of segment rollups for every (service, model) of the dashboard bench."""
-    per_hour = per_day // 24 // (len(dashboard_bench.SERVICES) * len(dashboard_bench.MODELS))
-    rows = []
-    for hour in range(24):
-        for service in dashboard_bench.SERVICES:
-            for model in dashboard_bench.MODELS:
-                key = (dashboard_bench.START_US + hour * HOUR_US, service, model)
-                rows.append(_row(key, "tools", "tools-1", per_hour, tokens=1200))
-                rows.extend(_system_rows(key, per_hour))
-    return pl.DataFrame(rows, schema=segments.SCHEMA)
-
-
-def add_segments(database_url: str, days: int, per_day: int) -> int:
-    from service.db import make_engine, make_sessionmaker
-    from service.repository import segments as segments_repo
-    from service.settings import Settings
-
-    engine = make_engine(Settings(database_url=database_url, run_jobs=False))
-    with make_sessionmaker(engine).begin() as session:
-        segments_repo.insert_segment_rollups(session, day_zero_segments(per_day))
-        columns = list(segments.SCHEMA)
-        for day in range(1, days):
-            exprs = ", ".join(
-                f"bucket_us + {day * dashboard_bench.DAY_US}" if c == "bucket_us" else c
-                for c in columns
-            )
-            session.execute(
-                text(
-                    f"INSERT INTO segment_rollups ({', '.join(columns)}) SELECT {exprs} "
-                    f"FROM segment_rollups WHERE bucket_us < "
-                    f"{dashboard_bench.START_US + dashboard_bench.DAY_US}"
-                )
-            )
-        count = int(session.scalar(text("SELECT count(*) FROM segment_rollups")) or 0)
-    engine.dispose()
-    return count
 
 
 def timed(client: httpx.Client, path: str, repeat: int) -> tuple[list[float], httpx.Response]:
@@ -146,11 +63,11 @@ def main() -> None:
             print("reusing the database built before")
         else:
             started = time.perf_counter()
-            dashboard_bench.build(url, args.days, args.per_day)
-            rows = add_segments(url, args.days, args.per_day)
+            built = dashboard_bench.build(url, args.days, args.per_day)
             print(
                 f"built {args.days} days x {args.per_day:,} requests in "
-                f"{time.perf_counter() - started:.0f} s ({rows:,} segment rollup rows)"
+                f"{time.perf_counter() - started:.0f} s "
+                f"({built['rows']['segment_rollups']:,} segment rollup rows)"
             )
         with (
             dashboard_bench.server(url, folder / "server.log") as base,
