@@ -4,27 +4,50 @@ its models file), whose corporate assistant renders its system prompt two ways f
 the first minute (scenarios web-chat and api-agent): a standing template drift that
 no release introduced and no regression shows."""
 
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
+from html import unescape
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from markdown_it import MarkdownIt
 
 from service import migrate
+from service.alerts.wording import FINDING_TITLES
 from service.db import make_engine, make_sessionmaker
 from service.demo import SERVICE, demo_scenario, models_file
 from service.services.analytics_pass import catch_up
 from service.settings import Settings
 from service.simulate import simulate
-from tests.conftest import LiveServer, drop_database, fresh_database_url, make_live_server
+from tests.conftest import (
+    PROJECT_ROOT,
+    LiveServer,
+    drop_database,
+    fresh_database_url,
+    make_live_server,
+)
 from tests.dashboards.browser import Watched, chromium, require_chromium, save_screenshot
 from tests.simulated import load_records
 
 pytestmark = pytest.mark.slow
 
 
+@dataclass(frozen=True)
+class DemoServer:
+    url: str
+    database_url: str
+    models_file: Path
+
+
 @pytest.fixture(scope="module")
-def demo_server(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterator[str]:
+def demo_server(
+    tmp_path_factory: pytest.TempPathFactory, database_url: str
+) -> Iterator[DemoServer]:
     """A live server (public read, as the demo serves) on the demo's records and events,
     caught up by the analytics pass with the demo's prices."""
     require_chromium()
@@ -48,14 +71,14 @@ def demo_server(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> 
     )
     live.start()
     try:
-        yield live.url
+        yield DemoServer(live.url, url, models)
     finally:
         live.stop()
         drop_database(url)
 
 
 @pytest.fixture
-def watched(demo_server: str) -> Iterator[Watched]:
+def watched(demo_server: DemoServer) -> Iterator[Watched]:
     with chromium() as browser:
         page = Watched(browser)
         try:
@@ -65,10 +88,10 @@ def watched(demo_server: str) -> Iterator[Watched]:
 
 
 def test_the_panel_shows_the_demos_template_drift_with_its_evidence_and_fix(
-    demo_server: str, watched: Watched, tmp_path: Path
+    demo_server: DemoServer, watched: Watched, tmp_path: Path
 ) -> None:
     page = watched.page
-    page.goto(demo_server + "/")
+    page.goto(demo_server.url + "/")
     watched.drawn()
 
     # At the top: above the headline and every other panel.
@@ -108,3 +131,44 @@ def test_the_panel_shows_the_demos_template_drift_with_its_evidence_and_fix(
     assert fix.is_visible() and fix.text_content() == "Fix: " + drift["fix"]
     save_screenshot(page, tmp_path, "findings")
     assert watched.errors == [] and watched.dialogs == []
+
+
+def test_the_report_commands_markdown_renders_the_panels_findings(
+    demo_server: DemoServer,
+) -> None:
+    """`cachewatch report` on the same database: its Markdown, rendered, holds every
+    finding of the panel (kind, service, segment), worst first as the panel lists
+    them, with the drift's evidence and fix."""
+    panel = httpx.get(demo_server.url + "/dashboard/data/findings", timeout=60).json()
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "CACHEWATCH_DATABASE_URL": demo_server.database_url,
+        "CACHEWATCH_MODELS_FILE": str(demo_server.models_file),
+    }
+    run = subprocess.run(
+        [sys.executable, "-m", "service.cli", "report", "--markdown"],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    html = MarkdownIt().render(run.stdout)
+    headings = [h for h in re.findall(r"<h2>(.*?)</h2>", html) if "Regression" not in h]
+    assert len(headings) == len(panel["findings"]) >= 1
+    for heading, row in zip(headings, panel["findings"], strict=True):
+        assert (
+            FINDING_TITLES[row["kind"]] in heading and f"<code>{row['service']}</code>" in heading
+        )
+        if row["segment"]:
+            assert f"<code>{row['segment']}</code>" in heading
+    (drift,) = [r for r in panel["findings"] if r["kind"] == "template_drift"]
+    text = unescape(re.sub(r"<[^>]+>", "", html))
+    assert all(_plain(line) in text for line in drift["evidence"])
+    assert _plain(drift["fix"]) in text
+
+
+def _plain(markdown: str) -> str:
+    """A finding's line as rendered text: its `code` spans lose their backticks."""
+    return markdown.replace("`", "")
