@@ -34,8 +34,25 @@ from service.findings import fixes
 from service.findings.kinds import REWARM_KINDS, Finding
 from service.findings.thresholds import Thresholds
 
+_PER_CAUSE = ("rewarms", "rewarm_tokens", "wasted_usd")
+
 HOUR_US = 3600 * 1_000_000
 DAY_US = 86_400 * 1_000_000
+#: The rollup sums the findings read (`hours`' columns besides its keys).
+SUMS_READ: tuple[str, ...] = (
+    "requests",
+    "prompt_tokens",
+    "priced_requests",
+    "fp_requests",
+    "session_requests",
+    "history_rewrites",
+    "rewrite_prompt_tokens",
+    "rewrite_rewarm_tokens",
+    "rewrite_wasted_usd",
+    "cache_key_requests",
+    "rewarms_expiry_2ttl",
+    *[f"{sum_}_{cause}" for cause in REWARM_KINDS.values() for sum_ in _PER_CAUSE],
+)
 
 
 @dataclass(frozen=True)

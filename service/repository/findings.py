@@ -10,7 +10,7 @@ import polars as pl
 from sqlalchemy import Table, select
 from sqlalchemy.orm import Session
 
-from service.analytics.definitions import SUM_COLUMNS, SUM_DTYPES
+from service.analytics.definitions import SUM_DTYPES
 from service.models import ChartRollup
 from service.repository.usage import USAGE_TABLE
 
@@ -23,16 +23,17 @@ _EXTRA = ("ttft_hit_p50", "ttft_miss_p50", "replicas")
 def hourly_sums(
     session: Session,
     *,
+    sums: Sequence[str],
     service: str | None,
     model: str | None,
     from_us: int | None,
     to_us: int | None,
 ) -> tuple[pl.DataFrame, dict[tuple[str, str], set[str]], bool]:
     """The hour rows of every (service, model) (chart level 0) starting in
-    [from_us, to_us): (bucket_us, service, model, every sum); per scope the replicas
+    [from_us, to_us): (bucket_us, service, model, the `sums`); per scope the replicas
     that served it; whether any hour had a TTFT."""
     c = CHART_TABLE.c
-    query = select(c.bucket_us, c.service, c.model, *[c[n] for n in (*SUM_COLUMNS, *_EXTRA)])
+    query = select(c.bucket_us, c.service, c.model, *[c[n] for n in (*sums, *_EXTRA)])
     query = query.where(c.grain_s == HOUR_S, c.level == 0)
     if service is not None:
         query = query.where(c.service == service)
@@ -43,12 +44,12 @@ def hourly_sums(
     if to_us is not None:
         query = query.where(c.bucket_us < to_us)
     rows = session.execute(query).all()
-    n = len(SUM_COLUMNS)
+    n = len(sums)
     schema: dict[str, Any] = {
         "bucket_us": pl.Int64,
         "service": pl.Utf8,
         "model": pl.Utf8,
-        **{name: SUM_DTYPES[name] for name in SUM_COLUMNS},
+        **{name: SUM_DTYPES[name] for name in sums},
     }
     frame = pl.DataFrame([tuple(r[: 3 + n]) for r in rows], schema=schema, orient="row")
     replicas: dict[tuple[str, str], set[str]] = {}

@@ -8,16 +8,16 @@ to its hour), as the hour rollups hold them. Nothing is stored and nothing alert
 The eviction finding's capacity curve replays the newest
 `REPLAY_MAX_REQUESTS` requests with block hashes of the model in the range (as the
 dashboard's capacity figure does), only when an eviction finding is reported, once
-per model, the models side by side. A replay costs 0.15 to 0.5 s on 20,000
-requests of 128 blocks, so its result is kept per process (`_REPLAYS`, the newest
-`_REPLAYS_KEPT`), keyed by the model, the range and the newest record id: any new
-record makes a new key, so a kept curve is never stale."""
+per model, on a thread pool while the segment rollups are read. A replay costs 0.15
+to 0.5 s on 20,000 requests of 128 blocks, so its result is kept per process
+(`_REPLAYS`, the newest `_REPLAYS_KEPT`), keyed by the model, the range and the
+newest record id: any new record makes a new key, so a kept curve is never stale."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import polars as pl
 from sqlalchemy.orm import Session
@@ -55,7 +55,7 @@ def findings(
     thresholds = Thresholds.of(settings)
     start = None if from_us is None else from_us // _HOUR_US * _HOUR_US
     hours, replicas, had_ttft = findings_repo.hourly_sums(
-        session, service=service, model=model, from_us=start, to_us=to_us
+        session, sums=rewarms.SUMS_READ, service=service, model=model, from_us=start, to_us=to_us
     )
     scopes = rewarms.scopes(hours)
     if not scopes:
@@ -64,12 +64,15 @@ def findings(
     facts = {(s.service, s.model): _facts(session, s, profiles, replicas, to_us) for s in scopes}
     evicting = rewarms.eviction_scopes(scopes, thresholds)
     low, high = start if start is not None else 0, to_us if to_us is not None else 2**62
-    curves = _replays(session, sorted({s.model for s in evicting}), low, high)
+    with ThreadPoolExecutor(max_workers=_REPLAY_THREADS) as pool:
+        # The replays run while the segment rollups are read.
+        pending = _start_replays(session, pool, sorted({s.model for s in evicting}), low, high)
+        frames = _segment_frames(session, scopes, thresholds, start, to_us)
+        rate = _rates(session, scopes, profiles, to_us)
+        curves = {model: future.result() for model, future in pending.items()}
     for scope in evicting:
         key = (scope.service, scope.model)
         facts[key] = _with_capacity(session, facts[key], scope, thresholds, curves, high)
-    frames = _segment_frames(session, scopes, thresholds, start, to_us)
-    rate = _rates(session, scopes, profiles, to_us)
     found = [
         *segments.volatile_findings(frames, scopes, thresholds, rate),
         *segments.drift_findings(frames, scopes, thresholds, rate),
@@ -198,35 +201,36 @@ def _with_capacity(
     return Facts(facts.replicas, facts.ttl_s, facts.min_prompt_tokens, capacity)
 
 
-def _replays(
-    session: Session, models: list[str], low: int, high: int
-) -> dict[str, tuple[CapacityResult, int]]:
+def _start_replays(
+    session: Session, pool: ThreadPoolExecutor, models: list[str], low: int, high: int
+) -> dict[str, Future[tuple[CapacityResult, int]]]:
     """Per model, the capacity curve of its newest requests in [low, high) and how
-    many it replayed: kept per process (module docstring). The samples are read in
-    turn; the replays run side by side (NumPy releases the GIL in its sorts)."""
+    many it replayed, to come: kept per process (module docstring), else replayed on
+    `pool` as soon as its sample is read (NumPy releases the GIL in its sorts, and
+    SQLite while it reads, so replays and reads overlap)."""
     newest = dashboard_repo.newest_usage_id(session)
-    out: dict[str, tuple[CapacityResult, int]] = {}
-    todo: dict[str, tuple[tuple[str, int, int, int], pl.DataFrame]] = {}
+    out: dict[str, Future[tuple[CapacityResult, int]]] = {}
     for model in models:
         key = (model, low, high, newest)
         with _REPLAYS_LOCK:
             kept = _REPLAYS.get(key)
             if kept is not None:
                 _REPLAYS.move_to_end(key)
-                out[model] = kept
-                continue
+        if kept is not None:
+            out[model] = Future()
+            out[model].set_result(kept)
+            continue
         sample = dashboard_repo.latest_block_frame(session, model, low, high, REPLAY_MAX_REQUESTS)
-        todo[model] = (key, sample)
-    if not todo:
-        return out
-    with ThreadPoolExecutor(max_workers=min(len(todo), _REPLAY_THREADS)) as pool:
-        curves = pool.map(
-            lambda sample: capacity_curve(sample, _SIZES), [s for _, s in todo.values()]
-        )
-        for (model, (key, sample)), curve in zip(todo.items(), curves, strict=True):
-            out[model] = (curve, sample.height)
-            with _REPLAYS_LOCK:
-                _REPLAYS[key] = out[model]
-                while len(_REPLAYS) > _REPLAYS_KEPT:
-                    _REPLAYS.popitem(last=False)
+        out[model] = pool.submit(_replay_and_keep, key, sample)
     return out
+
+
+def _replay_and_keep(
+    key: tuple[str, int, int, int], sample: pl.DataFrame
+) -> tuple[CapacityResult, int]:
+    replayed = (capacity_curve(sample, _SIZES), sample.height)
+    with _REPLAYS_LOCK:
+        _REPLAYS[key] = replayed
+        while len(_REPLAYS) > _REPLAYS_KEPT:
+            _REPLAYS.popitem(last=False)
+    return replayed
