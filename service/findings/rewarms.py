@@ -11,7 +11,9 @@ rewarm kinds and `history_rewrite` (contract section 5b).
   the cause's `wasted_usd` per day (section 4a; None without prices).
 - `history_rewrite` holds when at least `rewrite_share` of the continuing session
   requests rewrote their history; it is reported when the rewriting requests'
-  prompt tokens are at least `min_share` of the (service, model)'s. Its waste is
+  prompt tokens are at least `min_share` of the (service, model)'s. Hours in which
+  a static segment of the scope was volatile are left out (`history_findings`):
+  there the varying start, its own finding, is what made the history differ. Its waste is
   their rewarm tokens (and dollars) per day, as the contract defines it; the tokens
   an append would have kept are not measured (a rewrite makes them uncacheable, not
   rewarms) and the evidence says how many prompt tokens the rewriting requests sent.
@@ -35,6 +37,13 @@ from service.findings.kinds import REWARM_KINDS, Finding
 from service.findings.thresholds import Thresholds
 
 _PER_CAUSE = ("rewarms", "rewarm_tokens", "wasted_usd")
+_REWRITE_SUMS = (
+    "session_requests",
+    "history_rewrites",
+    "rewrite_prompt_tokens",
+    "rewrite_rewarm_tokens",
+    "rewrite_wasted_usd",
+)
 
 HOUR_US = 3600 * 1_000_000
 DAY_US = 86_400 * 1_000_000
@@ -160,16 +169,33 @@ def rewarm_findings(
                     details={"rewarms": int(scope.totals[f"rewarms_{cause}"])},
                 )
             )
-        rewrite = _history_rewrite(scope, thresholds)
+    return found
+
+
+def history_findings(
+    all_scopes: list[Scope],
+    thresholds: Thresholds,
+    unstable_hours: Mapping[tuple[str, str], set[int]],
+) -> list[Finding]:
+    """`history_rewrite` per scope, over its hours but those in `unstable_hours`: the
+    hours in which a static segment of the scope was volatile. A varying start makes
+    every continuation differ from its session's previous request, so those rewrites
+    are the segment's (its own finding), not the history's."""
+    found = []
+    for scope in all_scopes:
+        skipped = unstable_hours.get((scope.service, scope.model), set())
+        rewrite = _history_rewrite(scope, thresholds, skipped)
         if rewrite is not None:
             found.append(rewrite)
     return found
 
 
-def _history_rewrite(scope: Scope, thresholds: Thresholds) -> Finding | None:
-    t = scope.totals
+def _history_rewrite(scope: Scope, thresholds: Thresholds, skipped: set[int]) -> Finding | None:
+    kept = scope.hours.filter(~pl.col("bucket_us").is_in(sorted(skipped)))
+    t = {c: float(kept[c].sum()) for c in _REWRITE_SUMS}
     continuing, rewrites = t["session_requests"], t["history_rewrites"]
-    share = _share(scope, "rewrite_prompt_tokens")
+    prompt = scope.totals["prompt_tokens"]
+    share = t["rewrite_prompt_tokens"] / prompt if prompt else 0.0
     if not continuing or rewrites < thresholds.rewrite_share * continuing:
         return None
     if share < thresholds.min_share:
@@ -183,16 +209,24 @@ def _history_rewrite(scope: Scope, thresholds: Thresholds) -> Finding | None:
         f"({pct(share)} of the prompt tokens), "
         f"{scope.per_day(t['rewrite_prompt_tokens']):,.0f} a day",
     ]
+    left_out = scope.hours.height - kept.height
+    if left_out:
+        evidence.append(
+            f"{left_out:,} hour{'s' if left_out != 1 else ''} in which a static segment "
+            "varied are left out: their rewrites are that segment's (its own finding)"
+        )
+    since = Scope(scope.service, scope.model, kept, scope.totals).since(
+        pl.col("history_rewrites"), pl.col("session_requests"), thresholds.rewrite_share
+    )
+    usd = dollars(t["rewrite_wasted_usd"], int(scope.totals["priced_requests"]))
     return Finding(
         kind="history_rewrite",
         service=scope.service,
         model=scope.model,
-        since_us=scope.since(
-            pl.col("history_rewrites"), pl.col("session_requests"), thresholds.rewrite_share
-        ),
+        since_us=since,
         share_of_prompt_tokens=share,
         wasted_tokens_per_day=round(scope.per_day(t["rewrite_rewarm_tokens"])),
-        wasted_usd_per_day=scope.usd_per_day("rewrite_wasted_usd"),
+        wasted_usd_per_day=None if usd is None else scope.per_day(usd),
         evidence=evidence,
         fix=fixes.HISTORY_REWRITE,
         details={"rewrites": int(rewrites), "continuing": int(continuing)},

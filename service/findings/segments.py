@@ -138,6 +138,15 @@ class SegmentFrames:
     def hours_sent(self, service: str, model: str, name: str) -> int:
         return self._span(service, model, name)[0]
 
+    def volatile_hours(self) -> dict[tuple[str, str], set[int]]:
+        """Per (service, model), the hours in which any static segment was volatile."""
+        out: dict[tuple[str, str], set[int]] = {}
+        for service, model, bucket in self.volatile.select(
+            "service", "model", "bucket_us"
+        ).iter_rows():
+            out.setdefault((service, model), set()).add(bucket)
+        return out
+
     def model_span(self, model: str, name: str) -> tuple[int, int]:
         """(hours, carriers) of a name over every service of the model."""
         return self._span("", model, name)

@@ -77,6 +77,7 @@ def findings(
         *segments.volatile_findings(frames, scopes, thresholds, rate),
         *segments.drift_findings(frames, scopes, thresholds, rate),
         *rewarms.rewarm_findings(scopes, thresholds, facts),
+        *rewarms.history_findings(scopes, thresholds, frames.volatile_hours()),
     ]
     days = max(s.days for s in scopes)
     missing = _missing(scopes, replicas, had_ttft, frames.spans)

@@ -113,6 +113,7 @@ def sessions(
     model: str = "m",
     ttl_s: float | None = None,
     step_s: float = STEP_S,
+    volatile_system: bool = False,
 ) -> list[dict[str, Any]]:
     """Conversations over a shared start: each turn appends two blocks (or, with
     `rewrite`, renders the whole history anew). Sessions go to a replica by
@@ -132,7 +133,10 @@ def sessions(
         history = [
             10_000_000 + k * 1000 + (t * 100 if rewrite else 0) + j for j in range(2 * (t + 1))
         ]
-        blocks = [*_static(), *history]
+        system = (5_000_000 + 2 * i, 5_000_001 + 2 * i) if volatile_system else SYSTEM
+        if volatile_system:  # the history's blocks are chained after the system prompt
+            history = [b + 100_000_000 * (i + 1) for b in history]
+        blocks = [*_static(system), *history]
         replica = f"r{k % replicas}" if affinity else f"r{rng.randrange(replicas)}"
         ts = T0 + i * step_s
         managed = ttl_s is not None
@@ -140,7 +144,9 @@ def sessions(
         extra: dict[str, Any] = {"session_id": f"s{k}", "model": model}
         if not managed:
             extra["replica"] = replica
-        out.append(_record(i, ts, blocks, cached, _segments("sys-1", "n-sys", t + 1), **extra))
+        sys_hash = f"t{i}" if volatile_system else "sys-1"
+        segments = _segments(sys_hash, sys_hash if volatile_system else "n-sys", t + 1)
+        out.append(_record(i, ts, blocks, cached, segments, **extra))
         live[k] = t + 1
         if live[k] >= turns:
             del live[k]

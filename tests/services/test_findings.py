@@ -193,3 +193,13 @@ def test_expiry_names_the_ttl_in_force_when_prefixes_expired(
     ]  # fmt: skip
     (finding,) = _found(session, profiled, records + later).findings
     assert "TTL 5 min" in finding.evidence[0] and "1 h" not in finding.fix
+
+
+def test_a_volatile_start_in_conversations_is_one_finding_not_two(
+    session: Session, profiled: Settings
+) -> None:
+    """A timestamp in the system prompt makes every continuation differ from its
+    session's previous request (a history rewrite by the definition); those hours
+    are the volatile segment's, which is the one finding."""
+    result = _found(session, profiled, traffic.sessions(volatile_system=True))
+    assert [f.kind for f in result.findings] == ["volatile_segment"]
