@@ -337,10 +337,11 @@ def _print_regression(r: dict[str, Any]) -> None:
 
 
 def finding_line(f: dict[str, Any]) -> str:
-    """One finding (contract section 5b) on one line: kind, service, segment, share of
-    the prompt tokens, dollars a day (`no prices` without) and the fix."""
+    """One finding (contract section 5b) on one line: kind, service, segment, since
+    when, share of the prompt tokens, dollars a day (`no prices` without), the fix."""
     segment = f" `{f['segment']}`" if f.get("segment") else ""
     return (
-        f"- {f['kind']}  {f['service']}{segment}  {pct(f['share_of_prompt_tokens'])} of prompt "
-        f"tokens  {usd_per_day(f['wasted_usd_per_day'])}  fix: {f['fix']}"
+        f"- {f['kind']}  {f['service']}{segment}  since {f['since']}  "
+        f"{pct(f['share_of_prompt_tokens'])} of prompt tokens  "
+        f"{usd_per_day(f['wasted_usd_per_day'])}  fix: {f['fix']}"
     )

@@ -103,22 +103,23 @@ def test_the_assistant_is_rendered_two_ways_from_the_first_minute() -> None:
     assert scenario.service("research-assistant").renderings == ()
 
 
-def test_a_finding_line_says_kind_service_segment_share_dollars_and_fix() -> None:
+def test_a_finding_line_says_kind_service_segment_since_share_dollars_and_fix() -> None:
     finding = {
         "kind": "template_drift",
         "service": "corporate-assistant",
         "model": "acme-chat-70b",
         "segment": "system",
+        "since": "2025-03-03T00:00:00Z",
         "share_of_prompt_tokens": 0.4,
         "wasted_usd_per_day": 1240.5,
         "fix": "render `system` through one code path",
     }
     assert finding_line(finding) == (
-        "- template_drift  corporate-assistant `system`  40% of prompt tokens  "
-        "$1,241/day  fix: render `system` through one code path"
+        "- template_drift  corporate-assistant `system`  since 2025-03-03T00:00:00Z  "
+        "40% of prompt tokens  $1,241/day  fix: render `system` through one code path"
     )
     unpriced = finding_line({**finding, "segment": None, "wasted_usd_per_day": None})
     assert unpriced == (
-        "- template_drift  corporate-assistant  40% of prompt tokens  "
-        f"{usd_per_day(None)}  fix: render `system` through one code path"
+        "- template_drift  corporate-assistant  since 2025-03-03T00:00:00Z  40% of prompt "
+        f"tokens  {usd_per_day(None)}  fix: render `system` through one code path"
     )
