@@ -196,9 +196,3 @@ def bare_variant_counts(
         schema={"service": pl.Utf8, "model": pl.Utf8, "name": pl.Utf8, "distinct": pl.Int64},
         orient="row",
     )
-
-
-def newest_segment_bucket(session: Session) -> int | None:
-    return session.scalar(
-        select(SEGMENT_TABLE.c.bucket_us).order_by(SEGMENT_TABLE.c.bucket_us.desc()).limit(1)
-    )

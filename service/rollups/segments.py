@@ -62,8 +62,6 @@ _SEGMENT = pl.List(
     )
 )
 _MESSAGE = "message["
-#: A request's own columns beside its static text (`static_segments`).
-_REQUEST_COLUMNS = ("bucket_us", "service", "model", "scenario", "prompt_tokens", "reused")
 #: The stored JSON from its first `message[...]` segment on, cut before decoding: a
 #: long conversation's messages are most of the text, and none of them is read.
 #: Segment objects are flat (no braces inside), so `[^{}]*` stays within one.
@@ -100,15 +98,9 @@ def static_segments(joined: pl.DataFrame) -> pl.DataFrame:
         .alias("static_text"),
     )
     # Most requests of a service share their static start's text: each distinct one
-    # is decoded once and joined back. When most texts are distinct (a timestamp at
-    # the top), decoding each request's own is cheaper than the join.
+    # is decoded once and joined back.
     texts = requests.select(pl.col("static_text").unique())
-    if texts.height > requests.height // 2:
-        parts = _parsed(requests)
-    else:
-        parts = requests.join(
-            _parsed(texts).drop(_REQUEST_COLUMNS, strict=False), on="static_text", how="inner"
-        )
+    parts = requests.join(_parsed(texts), on="static_text", how="inner")
     return parts.with_columns(
         (pl.col("static_end") - pl.max_horizontal("start", "reused"))
         .clip(lower_bound=0)
@@ -128,9 +120,8 @@ def static_segments(joined: pl.DataFrame) -> pl.DataFrame:
 
 
 def _parsed(texts: pl.DataFrame) -> pl.DataFrame:
-    """Per row of `static_text` (with the request's columns, if it has them), one row
-    per static segment: its name, hashes and tokens, where it starts, and where the
-    static start ends."""
+    """Per distinct `static_text`, one row per static segment: its name, hashes and
+    tokens, where it starts, and where the static start ends."""
     element = pl.element().struct
     # Before the first message[...] (the cut leaves none unless the JSON was written
     # in another form); a prefix of each list.
@@ -151,7 +142,7 @@ def _parsed(texts: pl.DataFrame) -> pl.DataFrame:
         .filter(pl.col("static").fill_null(False))
         .unnest("segment")
         .select(
-            *[c for c in (*_REQUEST_COLUMNS, "static_text") if c in texts.columns],
+            "static_text",
             "name",
             "hash",
             "norm_hash",

@@ -160,11 +160,8 @@ def _add_to_rollups(
         return
     joined = aggregate.join_results(records, results)
     first_bucket_us = int(joined["ts_us"].min())  # type: ignore[arg-type]
-    _add_to_segment_rollups(
-        session,
-        joined,
-        min(first_bucket_us, segments_from_us if segments_from_us is not None else first_bucket_us),
-    )
+    tail_us = first_bucket_us if segments_from_us is None else segments_from_us
+    _add_to_segment_rollups(session, joined, min(first_bucket_us, tail_us))
     for grain in GRAINS_S:
         grain_us = grain * 1_000_000
         start = (first_bucket_us // grain_us) * grain_us
@@ -197,8 +194,6 @@ def _add_to_segment_rollups(session: Session, joined: pl.DataFrame, from_us: int
     (`service.rollups.segments`)."""
     batch = segments.segment_sums(joined)
     start = (from_us // _HOUR_US) * _HOUR_US
-    if batch.is_empty() and segments_repo.newest_segment_bucket(session) is None:
-        return
     tail = segments_repo.take_segment_rollups(session, start)
     newest_hour = (int(joined["ts_us"].max()) // _HOUR_US) * _HOUR_US  # type: ignore[arg-type]
     merged = segments.compact(segments.merge([tail, batch]), newest_hour)

@@ -15,6 +15,7 @@ newest record id: any new record makes a new key, so a kept curve is never stale
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,7 +29,7 @@ from service.findings import rewarms, segments
 from service.findings.kinds import MISSING_DATA, FindingsResult, worst_first
 from service.findings.rewarms import Capacity, Facts, Scope
 from service.findings.thresholds import Thresholds
-from service.profiles import Profiles, profiles_for
+from service.profiles import Profile, Profiles, profiles_for
 from service.repository import dashboard as dashboard_repo
 from service.repository import findings as findings_repo
 from service.repository import segments as segments_repo
@@ -61,14 +62,15 @@ def findings(
     if not scopes:
         return FindingsResult([], [], 0.0)
     profiles = profiles_for(settings)
-    facts = {(s.service, s.model): _facts(session, s, profiles, replicas, to_us) for s in scopes}
+    resolved = {(s.service, s.model): _profile(session, s, profiles, to_us) for s in scopes}
+    facts = {key: _facts(key, profile, replicas) for key, profile in resolved.items()}
     evicting = rewarms.eviction_scopes(scopes, thresholds)
     low, high = start if start is not None else 0, to_us if to_us is not None else 2**62
     with ThreadPoolExecutor(max_workers=_REPLAY_THREADS) as pool:
         # The replays run while the segment rollups are read.
         pending = _start_replays(session, pool, sorted({s.model for s in evicting}), low, high)
         frames = _segment_frames(session, scopes, thresholds, start, to_us)
-        rate = _rates(session, scopes, profiles, to_us)
+        rate = _rates(resolved)
         curves = {model: future.result() for model, future in pending.items()}
     for scope in evicting:
         key = (scope.service, scope.model)
@@ -135,45 +137,49 @@ def _missing(
     return [code for code in MISSING_DATA if lacking[code]]
 
 
-def _facts(
-    session: Session,
-    scope: Scope,
-    profiles: Profiles,
-    replicas: dict[tuple[str, str], set[str]],
-    to_us: int | None,
-) -> Facts:
-    """The replicas, and the profile's minimum and TTL. The TTL is the one in force
-    at the last expiry: that of the newest record before the end of the last hour
-    with expiry rewarms (a TTL raised since would not explain them)."""
+def _profile(
+    session: Session, scope: Scope, profiles: Profiles, to_us: int | None
+) -> tuple[Profile | None, float | None]:
+    """The scope's caching profile and the TTL in force at its last expiry: the
+    newest record's before the end of the last hour with expiry rewarms (a TTL raised
+    since would not explain them), else before the range's end."""
     expired = scope.hours.filter(pl.col("rewarm_tokens_expiry") > 0)["bucket_us"]
-    ttl_until = int(expired[-1]) + _HOUR_US if expired.len() else to_us
-    newest = findings_repo.newest_record(session, scope.service, scope.model, ttl_until)
+    until = int(expired[-1]) + _HOUR_US if expired.len() else to_us
+    newest = findings_repo.newest_record(session, scope.service, scope.model, until)
     provider, record_ttl = newest if newest is not None else (None, None)
     profile = profiles.resolve(scope.model, provider)
     ttl = record_ttl if record_ttl is not None else (profile.ttl_s if profile else None)
+    return profile, ttl
+
+
+def _facts(
+    key: tuple[str, str],
+    resolved: tuple[Profile | None, float | None],
+    replicas: dict[tuple[str, str], set[str]],
+) -> Facts:
+    """The replicas, and the profile's minimum and TTL."""
+    profile, ttl = resolved
     return Facts(
-        replicas=len(replicas.get((scope.service, scope.model), set())),
+        replicas=len(replicas.get(key, set())),
         ttl_s=ttl,
         min_prompt_tokens=profile.min_prompt_tokens if profile else None,
     )
 
 
 def _rates(
-    session: Session, scopes: list[Scope], profiles: Profiles, to_us: int | None
+    resolved: dict[tuple[str, str], tuple[Profile | None, float | None]],
 ) -> dict[str, float | None]:
     """Per model, dollars per token a miss costs above a hit: the input price less
     the cached price of its profile (None: no prices)."""
     out: dict[str, float | None] = {}
-    for scope in scopes:
-        if scope.model in out:
+    for (_, model), (profile, _) in resolved.items():
+        if model in out:
             continue
-        newest = findings_repo.newest_record(session, scope.service, scope.model, to_us)
-        profile = profiles.resolve(scope.model, newest[0] if newest else None)
         if profile is None or profile.input_usd_per_mtok is None:
-            out[scope.model] = None
+            out[model] = None
         else:
             cached = profile.cached_usd_per_mtok or 0.0
-            out[scope.model] = (profile.input_usd_per_mtok - cached) / 1e6
+            out[model] = (profile.input_usd_per_mtok - cached) / 1e6
     return out
 
 
@@ -199,7 +205,7 @@ def _with_capacity(
         if posted is not None:
             break
     capacity = Capacity(needed, curve.ceiling, thresholds.ceiling_target, replayed, posted)
-    return Facts(facts.replicas, facts.ttl_s, facts.min_prompt_tokens, capacity)
+    return dataclasses.replace(facts, capacity=capacity)
 
 
 def _start_replays(

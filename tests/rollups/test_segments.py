@@ -99,8 +99,8 @@ def test_merging_adds_rows_of_the_same_variant() -> None:
 
 
 def test_shared_and_distinct_static_texts_give_the_same_rows() -> None:
-    """Most rows sharing one static text take the decode-once-and-join path; each
-    row alone takes the direct one: the same rows either way."""
+    """Rows sharing one static text are decoded once and joined back: each keeps its
+    own lost tokens, as when it is alone."""
     rows = [
         {"segments": _segments("a"), "cacheable": reuse, "ts_us": i}
         for i, reuse in enumerate([0, 100, 150, 250, 300, 0])

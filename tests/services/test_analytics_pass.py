@@ -235,3 +235,48 @@ def test_a_new_window_recomputes_everything(session: Session, settings: Settings
     assert catch_up(session, shorter) == PassReport(records=20, recomputed_from_us=0)
     assert saved_state(session).window_us == 60 * US
     assert_rollups_equal_one_pass(session, 60.0)
+
+
+def _segment_rows(url: str, records: list[dict[str, Any]], chunks: int) -> list[tuple[Any, ...]]:
+    from service import migrate
+    from service.db import make_engine, make_sessionmaker
+    from service.repository import segments as segments_repo
+
+    settings = Settings(database_url=url, run_jobs=False)
+    engine = make_engine(settings)
+    migrate.upgrade(engine)
+    size = -(-len(records) // chunks)
+    try:
+        for start in range(0, len(records), size):
+            with make_sessionmaker(engine).begin() as session:
+                store(session, records[start : start + size])
+                catch_up(session, settings)
+        table = segments_repo.SEGMENT_TABLE
+        columns = [c for c in table.c if c.name != "id"]
+        with make_sessionmaker(engine).begin() as session:
+            rows = [tuple(r) for r in session.execute(select(*columns)).all()]
+        return sorted(rows, key=lambda r: tuple(str(v) for v in r))
+    finally:
+        engine.dispose()
+
+
+def test_segment_rollups_of_many_passes_equal_one_pass(tmp_path: Any) -> None:
+    """Each pass takes back the tail hour, merges the batch into it and compacts the
+    hours that ended: batches of a volatile and a stable segment over three hours give
+    the rows one pass gives, compaction included."""
+    from tests.conftest import drop_database, fresh_database_url
+    from tests.services import findings_traffic
+
+    records = findings_traffic.volatile_segment() + [
+        {**r, "request_id": f"d{r['request_id']}"} for r in findings_traffic.template_drift()
+    ]
+    records.sort(key=lambda r: r["ts"])
+    urls = [fresh_database_url(tmp_path, f"segments_{n}") for n in (1, 7)]
+    try:
+        one, many = (_segment_rows(url, records, n) for url, n in zip(urls, (1, 7), strict=True))
+    finally:
+        for url in urls:
+            drop_database(url)
+    assert many == one
+    folded = [r for r in one if r[5] == ""]  # hash '': the volatile hours, compacted
+    assert len(folded) == 2  # the two hours that ended; the last one is still open

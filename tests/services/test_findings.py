@@ -1,12 +1,11 @@
-"""Findings (contract section 5b) on traffic with exactly one anti-pattern each, on
-healthy traffic, and through GET /v1/findings."""
+"""Findings (contract section 5b) on traffic with exactly one anti-pattern each, and
+on healthy traffic."""
 
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from service.findings import REWARM_KINDS
@@ -157,26 +156,6 @@ def test_no_data_no_findings_and_missing_fields_are_named(
     ]
     result = _found(session, settings, records)
     assert result.missing == ["segments", "ttft"]
-
-
-def test_the_api_answers_the_contracts_shape(
-    client: TestClient, session: Session, read_headers: dict[str, str], profiled: Settings
-) -> None:
-    store(session, traffic.routing())
-    session.commit()
-    answer = client.get("/v1/findings", headers=read_headers)
-    assert answer.status_code == 200, answer.text
-    (finding,) = answer.json()
-    assert set(finding) == {
-        "kind", "service", "model", "group", "segment", "since", "share_of_prompt_tokens",
-        "wasted_tokens_per_day", "wasted_usd_per_day", "evidence", "fix",
-    }  # fmt: skip
-    assert finding["kind"] == "routing" and finding["since"].endswith("Z")
-    other = client.get("/v1/findings?service=nobody", headers=read_headers)
-    assert other.json() == []
-    bad = client.get("/v1/findings?from=yesterday", headers=read_headers)
-    assert bad.status_code == 422 and "from" in bad.text
-    assert client.get("/v1/findings").status_code == 401
 
 
 def test_expiry_names_the_ttl_in_force_when_prefixes_expired(
