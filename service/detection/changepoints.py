@@ -57,7 +57,9 @@ class WeightedMeanCost(BaseCost):  # type: ignore[misc]
         wy = self._wy[end] - self._wy[start]
         return float(self._wyy[end] - self._wyy[start] - wy * wy / weight)
 
-    def errors(self, start: npt.ArrayLike, end: npt.ArrayLike) -> Floats:
+    def errors(
+        self, start: int | npt.NDArray[np.int64], end: int | npt.NDArray[np.int64]
+    ) -> Floats:
         """`error` of many segments at once (either bound an array), by the same
         arithmetic."""
         weight = self._w[end] - self._w[start]
