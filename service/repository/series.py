@@ -52,37 +52,42 @@ def _frame(rows: Sequence[Any], schema: dict[str, Any]) -> pl.DataFrame:
     )
 
 
-def _of(scope: Scope) -> list[Any]:
-    """The chart rows of one scope: the unique index's key before `bucket_us`."""
+def _of(scope: Scope, every_value: bool = False) -> list[Any]:
+    """The chart rows of one scope: the unique index's key before `bucket_us`.
+    `every_value`: the rows of every value of the scope's group field."""
     c = CHART_TABLE.c
     return [
         c.level == scope.level,
         c.service == scope.service,
         c.model == scope.model,
         c.group_by == scope.group_by,
-        c.group_value == scope.group_value,
+        *([] if every_value else [c.group_value == scope.group_value]),
     ]
 
 
-def _in_segment(scope: Scope, segment: Segment) -> list[Any]:
+def _in_segment(scope: Scope, segment: Segment, every_value: bool = False) -> list[Any]:
     """The chart rows of one scope in one segment: a range of the (grain, level,
     service, model, group, bucket) unique index."""
     c = CHART_TABLE.c
     return [
         c.grain_s == segment.grain_s,
-        *_of(scope),
+        *_of(scope, every_value),
         c.bucket_us >= segment.from_us,
         c.bucket_us < segment.to_us,
     ]
 
 
 def chart_extent(
-    session: Session, scope: Scope, from_us: int | None, to_us: int | None
+    session: Session,
+    scope: Scope,
+    from_us: int | None,
+    to_us: int | None,
+    every_value: bool = False,
 ) -> tuple[int, int] | None:
     """The first and last minute buckets with data of a scope within the bounds (two
     index seeks), or None when there is none."""
     c = CHART_TABLE.c
-    where = [c.grain_s == 60, *_of(scope)]
+    where = [c.grain_s == 60, *_of(scope, every_value)]
     if from_us is not None:
         where.append(c.bucket_us >= from_us)
     if to_us is not None:
@@ -99,15 +104,19 @@ def fetch_series_rows(
     scope: Scope,
     segments: Sequence[Segment],
     columns: Sequence[str] = SERIES_COLUMNS,
+    every_value: bool = False,
 ) -> pl.DataFrame:
     """The chart rows of one scope over the segments, in one statement (each part is
-    a range of the (grain, level, service, model, bucket) unique index)."""
+    a range of the (grain, level, service, model, group, bucket) unique index).
+    `every_value`: of every value of the scope's group field, with `group_value`."""
     c = CHART_TABLE.c
+    if every_value:
+        columns = ["group_value", *columns]
     schema = {name: CHART_SCHEMA[name] for name in columns}
     if not segments:
         return pl.DataFrame(schema=schema)
     parts = [
-        select(*[c[name] for name in columns]).where(*_in_segment(scope, segment))
+        select(*[c[name] for name in columns]).where(*_in_segment(scope, segment, every_value))
         for segment in segments
     ]
     query = parts[0] if len(parts) == 1 else union_all(*parts)
