@@ -37,4 +37,14 @@ def regression_to_json(regression: Regression) -> dict[str, Any]:
         "cause": regression.cause,
         "evidence": regression.evidence,
         "cost": regression.cost,
+        "group": group_json(regression),
+        # The canary column arrives with detection's canaries (issue 19): absent, null.
+        "canary": getattr(regression, "canary", None),
     }
+
+
+def group_json(regression: Regression) -> dict[str, str] | None:
+    """Contract section 5's `group`: null for the whole service ('' in the columns)."""
+    if not regression.group_by:
+        return None
+    return {"by": regression.group_by, "value": regression.group_value}
