@@ -178,3 +178,20 @@ def canary_sentence(regression: Mapping[str, Any]) -> str | None:
         f"{said}: the release has not reached all traffic yet. "
         "Roll it back before the full rollout."
     )
+
+
+def group_text(regression: Mapping[str, Any]) -> str:
+    """Raw text for a terminal (`cachewatch detect`): '' for the whole service,
+    `scenario ticket-summary`, `canary deploy v5.0.0 (10% of requests, beside v4.9.0,
+    12 buckets)`. The caller makes it `visible`."""
+    group = group_of(regression)
+    if group is None:
+        return ""
+    canary = canary_of(regression)
+    if canary is None:
+        return f"{group.by} {group.value}"
+    said = [f"{share_pct(canary.share)} of requests"] if canary.share is not None else []
+    said += [f"beside {canary.baseline}"] if canary.baseline is not None else []
+    if canary.buckets is not None:
+        said.append(f"{canary.buckets} bucket{'s' * (canary.buckets != 1)}")
+    return f"canary deploy {group.value}" + (f" ({', '.join(said)})" if said else "")
