@@ -5,8 +5,16 @@
    prompt, a shuffled tools list and history rewrites): precision, recall,
    attribution accuracy and cause accuracy of `cachewatch detect`.
 2. Speed: change-point detection over 100 series of 30 days in 5-minute buckets.
+3. Groups (issue 19): the same 100 series, each with its 10 scenarios and 20 busiest
+   tenants (shares from 30% down to 0.2% of the service's tokens, each following its
+   service's level, noisier the smaller it is; one group in ten services breaks on
+   its own): the detection pass over the series alone, then with its groups
+   (`service.detection.groups.group_drops`: the residual test, the search of the
+   groups that moved apart, the service's explanation), same run. Goal: at most 3
+   times as long; it prints the groups searched and the unexplained drops found
+   against those planted.
 
-    .venv/bin/python bench/detection.py --seeds 20 [--jobs 2]
+    .venv/bin/python bench/detection.py --seeds 20 [--jobs 2] [--speed-only]
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -107,6 +116,89 @@ def speed() -> None:
     )
 
 
+def _series(y: np.ndarray, w: np.ndarray, bucket_us: int) -> Any:
+    from service.analytics.definitions import SUM_COLUMNS
+    from service.detection.series import Series
+
+    n = len(y)
+    tokens = np.maximum(w, 1).astype(np.int64)
+    sums = {c: np.zeros(n, np.int64) for c in SUM_COLUMNS}
+    sums["prompt_tokens"], sums["cached_tokens"] = tokens, (y * tokens).astype(np.int64)
+    zeros = np.zeros(n, np.int64)
+    return Series(np.arange(n, dtype=np.int64) * bucket_us, sums, zeros, zeros)
+
+
+SCENARIO_SHARES = [0.3, 0.2, 0.1, 0.1, 0.1, 0.05, 0.05, 0.04, 0.03, 0.03]
+
+
+def groups_speed(services: int = 100) -> None:
+    from service.detection.changepoints import DropRule, lasting_drops
+    from service.detection.groups import Span, group_drops
+
+    rng = np.random.default_rng(1)
+    n, bucket_us = 30 * 288, 300 * 1_000_000
+    t = np.arange(n)
+    day = np.where((t % 288) < 80, 0.08, 1.0)
+    built = []
+    for s in range(services):
+        level = np.full(n, 0.7)
+        level[int(rng.integers(1000, n - 1000)) :] -= rng.uniform(0.0, 0.4)
+
+        def noisy(share: float, lv: np.ndarray = level) -> Any:
+            w = day * rng.uniform(0.7, 1.3, n) * 1e5 * share
+            y = np.clip(lv + rng.normal(0, 0.03 / np.sqrt(w / 1e5)), 0, 1)
+            return _series(y, w, bucket_us)
+
+        shares = SCENARIO_SHARES + list(np.geomspace(0.05, 0.002, 20))
+        groups = {i: noisy(share) for i, share in enumerate(shares)}
+        if s % 10 == 0:  # one group of ten services breaks on its own
+            broken = level.copy()
+            broken[int(rng.integers(1000, n - 1000)) :] -= 0.5
+            groups[5] = noisy(shares[5], broken)
+        built.append((noisy(1.0), groups))
+    rule = DropRule()
+    started = time.perf_counter()
+    for service, _ in built:
+        lasting_drops(service.hit_rate, service.weight, rule)
+    alone = time.perf_counter() - started
+    started, found = time.perf_counter(), 0
+    for service, groups in built:
+        drops = lasting_drops(service.hit_rate, service.weight, rule)
+        spans = [Span.of(service, d, bucket_us) for d in drops]
+        found += sum(
+            len(v)
+            for v in group_drops(service, spans, groups, rule, bucket_us, 3 * bucket_us).values()
+        )
+    with_groups = time.perf_counter() - started
+    print(
+        f"groups: the series alone with ruptures' own Binseg (the search before issue 19): "
+        f"{_with_plain_binseg(built, rule):.2f} s"
+    )
+    print(
+        f"groups: {services} series x 30 days, each with 10 scenarios and 20 tenants: "
+        f"alone {alone:.2f} s, with groups {with_groups:.2f} s, ratio {with_groups / alone:.1f} "
+        f"(goal <= 3); unexplained group drops found {found} "
+        f"(planted {len(range(0, services, 10))})"
+    )
+
+
+def _with_plain_binseg(built: list[Any], rule: Any) -> float:
+    """The series alone, searched by ruptures' own `Binseg` (same change points)."""
+    import ruptures as rpt
+
+    from service.detection import changepoints
+
+    vector = changepoints.VectorBinseg
+    changepoints.VectorBinseg = rpt.Binseg  # type: ignore[misc]
+    try:
+        started = time.perf_counter()
+        for service, _ in built:
+            changepoints.lasting_drops(service.hit_rate, service.weight, rule)
+        return time.perf_counter() - started
+    finally:
+        changepoints.VectorBinseg = vector  # type: ignore[misc]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", type=int, default=20)
@@ -115,6 +207,7 @@ def main() -> None:
     parser.add_argument("--speed-only", action="store_true")
     args = parser.parse_args()
     speed()
+    groups_speed()
     if not args.speed_only:
         quality(args.seeds, args.jobs, args.first)
 

@@ -89,6 +89,27 @@ def explained_by_service(group: Span, service: list[Span], reach_us: int) -> boo
     )
 
 
+def _residual(group: Series, service: Series) -> npt.NDArray[np.float64]:
+    """The group's hit rate minus its service's, bucket by bucket (the group's
+    buckets are among its service's)."""
+    at = np.minimum(np.searchsorted(service.bucket_us, group.bucket_us), len(service) - 1)
+    return group.hit_rate - service.hit_rate[at]
+
+
+def _fell_apart(
+    residual: npt.NDArray[np.float64], weight: npt.NDArray[np.float64], drop: Drop, rule: DropRule
+) -> bool:
+    """The group fell against its service across the drop, by at least half the
+    reportable drop: a noisy group's dip that its service shares is not its own."""
+
+    def level(start: int, end: int) -> float:
+        w = weight[start:end]
+        return float((residual[start:end] * w).sum() / max(w.sum(), 1e-12))
+
+    fall = level(drop.before.start, drop.before.end) - level(drop.after.start, drop.after.end)
+    return fall + _EPSILON >= rule.min_abs / 2
+
+
 def moved_apart(group: Series, service: Series, rule: DropRule) -> bool:
     """Whether the group's hit rate changed relative to its service's: the residual
     series (group minus service, bucket by bucket, weighted by the group's tokens)
@@ -100,8 +121,7 @@ def moved_apart(group: Series, service: Series, rule: DropRule) -> bool:
     n = len(group)
     if n < 2 * rule.min_buckets:
         return False
-    at = np.searchsorted(service.bucket_us, group.bucket_us)
-    residual = group.hit_rate - service.hit_rate[np.minimum(at, len(service) - 1)]
+    residual = _residual(group, service)
     w = group.weight / group.weight.mean()
     sigma = max(noise_sigma(residual, w), rule.sigma_floor)
     penalty = rule.beta * sigma * sigma * math.log(n)
@@ -125,10 +145,12 @@ def group_drops(
     for key, series in groups.items():
         if not len(series) or not moved_apart(series, service, rule):
             continue
+        residual = _residual(series, service)
         drops = [
             drop
             for drop in lasting_drops(series.hit_rate, series.weight, rule)
-            if not explained_by_service(Span.of(series, drop, bucket_us), service_spans, reach_us)
+            if _fell_apart(residual, series.weight, drop, rule)
+            and not explained_by_service(Span.of(series, drop, bucket_us), service_spans, reach_us)
         ]
         if drops:
             found[key] = drops
