@@ -8,12 +8,14 @@ table). For each size, in a fresh subprocess (so peak RSS never mixes):
 * with `--db-sizes`, `catch_up`: the real first analytics pass against a fresh
   SQLite database holding those N records (read, compute, write rollups); with
   `--segments` also `catch_up+s`, the same records each carrying three segments
-  (tools, system, a message), which the segment rollups read.
+  (tools, system, a message), which the segment rollups read; with `--groups` also
+  `catch_up+g`, the same records each carrying a `scenario` (10), a `tenant` (5,000)
+  and a `deploy` (2 tags side by side), which the group rollups read (issue 19).
 
 A worker whose RSS passes --max-rss-gib is killed and reported as such.
 
     .venv/bin/python bench/analytics_scale.py [--sizes 100000,1000000,5000000]
-        [--db-sizes 100000,1000000] [--segments] [--max-rss-gib 10]
+        [--db-sizes 100000,1000000] [--segments] [--groups] [--max-rss-gib 10]
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ SEGMENTS = [
 ]
 
 
-def worker_catch_up(n: int, db: str, segments: bool = False) -> dict[str, Any]:
+def worker_catch_up(n: int, db: str, variant: str = "") -> dict[str, Any]:
     from service import migrate, repository
     from service.db import make_engine, make_sessionmaker
     from service.services import analytics_pass
@@ -111,10 +113,15 @@ def worker_catch_up(n: int, db: str, segments: bool = False) -> dict[str, Any]:
             {**empty, **r, "request_id": f"r{start + i}", "received_us": r["ts_us"]}
             for i, r in enumerate(chunk)
         ]
-        if segments:
+        if variant == "segments":
             for i, row in enumerate(rows):
                 message = {"name": "message[0]", "hash": f"m{start + i}", "tokens": 40}
                 row["segments"] = [*SEGMENTS, message]
+        if variant == "groups":
+            for i, row in enumerate(rows):
+                k = start + i
+                row |= {"scenario": f"sc{k % 10}", "tenant": f"t{k * 7 % 5000}"}
+                row["deploy"] = "v2" if k % 10 == 0 else "v1"
         with engine.begin() as conn:
             conn.execute(repository.USAGE_TABLE.insert(), rows)
     del frame
@@ -161,6 +168,11 @@ def main() -> None:
         action="store_true",
         help="each catch_up also with segments on every record (the segment rollups' cost)",
     )
+    parser.add_argument(
+        "--groups",
+        action="store_true",
+        help="each catch_up also with scenario, tenant and deploy on every record",
+    )
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -168,7 +180,7 @@ def main() -> None:
         if kind == "pass":
             out = worker_pass(n)
         else:
-            out = worker_catch_up(n, args.worker[2], segments=args.worker[3:] == ["segments"])
+            out = worker_catch_up(n, args.worker[2], *args.worker[3:4])
         print(json.dumps(out))
         return
 
@@ -192,10 +204,15 @@ def main() -> None:
     db_sizes = [int(s) for s in args.db_sizes.split(",") if s]
     with tempfile.TemporaryDirectory(prefix="cachewatch-scale-") as tmp:
         for n in db_sizes:
-            for variant in ("", "segments") if args.segments else ("",):
+            variants = [
+                "",
+                *(["segments"] if args.segments else []),
+                *(["groups"] if args.groups else []),
+            ]
+            for variant in variants:
                 db = str(Path(tmp) / f"scale-{n}{variant}.db")
                 out = run_worker(["catch_up", str(n), db, *([variant] if variant else [])], max_rss)
-                name = "catch_up+s" if variant else "catch_up"
+                name = "catch_up" + {"": "", "segments": "+s", "groups": "+g"}[variant]
                 if "killed_at_mib" in out:
                     print(f"{name:<10} {n:>10,} killed: RSS passed {out['killed_at_mib']:,.0f} MiB")
                     continue
@@ -204,7 +221,11 @@ def main() -> None:
                     f"{out['total_s'] / n * 1e6:>7.1f} {out['peak_mib']:>7,.0f} MiB  "
                     f"SQLite read + compute + rollup write (filling it took "
                     f"{out['insert_s']:.0f} s)"
-                    + (", every record with 3 segments" if variant else "")
+                    + {
+                        "": "",
+                        "segments": ", every record with 3 segments",
+                        "groups": ", every record with a scenario, tenant and deploy",
+                    }[variant]
                 )
                 os.unlink(db)
 
