@@ -283,6 +283,11 @@ class PrefixRollup(Base):
     )
 
 
+def _group_column(width: int) -> Mapped[str]:
+    """A group key (contract section 4b): '' where a row is not a group's."""
+    return mapped_column(String(width), default="", server_default="", sort_order=3)
+
+
 class ChartRollup(RollupSums, Base):
     """What a chart or `/v1/metrics` bucket needs, per time bucket and filter scope:
     the read path's table (the `rollups` rows, summed over deploy and replica).
@@ -293,7 +298,11 @@ class ChartRollup(RollupSums, Base):
     (service, model), 1 one service (model ''), 2 one model (service ''), 3 all
     ('', ''). The values that do not add up across buckets keep their sets, which
     merge exactly by union: `replicas` (JSON array of the non-empty replica names)
-    and `first_keys` (sorted int64 leading-prefix keys, little-endian)."""
+    and `first_keys` (sorted int64 leading-prefix keys, little-endian).
+
+    `group_by`/`group_value`: '' for the whole scope; otherwise the rows of one group
+    (`scenario`, `tenant` or `deploy` and its value, contract section 4b) within it,
+    derived from `group_rollups`."""
 
     __tablename__ = "chart_rollups"
 
@@ -303,6 +312,9 @@ class ChartRollup(RollupSums, Base):
     service: Mapped[str] = mapped_column(String(100))
     model: Mapped[str] = mapped_column(String(200))
     bucket_us: Mapped[int] = mapped_column(BigInteger)
+    # After everything else (sort_order 3), as the groups migration adds them.
+    group_by: Mapped[str] = _group_column(20)
+    group_value: Mapped[str] = _group_column(200)
     # After the sums (sort_order 1), as the migration creates them.
     replicas: Mapped[str | None] = mapped_column(Text, sort_order=2)
     first_keys: Mapped[bytes | None] = mapped_column(LargeBinary, sort_order=2)
@@ -316,7 +328,9 @@ class ChartRollup(RollupSums, Base):
 
     __table_args__ = (
         # Also the read index: every read is one range of bucket_us under one key.
-        UniqueConstraint("grain_s", "level", "service", "model", "bucket_us"),
+        UniqueConstraint(
+            "grain_s", "level", "service", "model", "group_by", "group_value", "bucket_us"
+        ),
         # What the analytics pass deletes and rebuilds: every row from a bucket on.
         Index("ix_chart_rollups_grain_bucket", "grain_s", "bucket_us"),
     )
@@ -358,6 +372,30 @@ class SegmentRollup(Base):
     )
 
 
+class GroupRollup(RollupSums, Base):
+    """Per minute, (service, model) and group (`group_by` `scenario`, `tenant` or
+    `deploy`, and its value): the sums, TTFT histograms and the replica and
+    leading-prefix sets of a chart row, from which the chart rows of groups are
+    derived (service.rollups.groups). An hour that is over keeps, per (service,
+    model, group_by), the `group_values_kept` values with the most prompt tokens."""
+
+    __tablename__ = "group_rollups"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    bucket_us: Mapped[int] = mapped_column(BigInteger)
+    service: Mapped[str] = mapped_column(String(100))
+    model: Mapped[str] = mapped_column(String(200))
+    group_by: Mapped[str] = mapped_column(String(20))
+    group_value: Mapped[str] = mapped_column(String(200))
+    replicas: Mapped[str | None] = mapped_column(Text, sort_order=2)
+    first_keys: Mapped[bytes | None] = mapped_column(LargeBinary, sort_order=2)
+
+    __table_args__ = (
+        UniqueConstraint("bucket_us", "model", "service", "group_by", "group_value"),
+        Index("ix_group_rollups_bucket", "bucket_us"),
+    )
+
+
 class Regression(Base):
     """A lasting hit-rate drop of one (service, model), with its attribution and cause
     (contract section 5). One row per change: re-detection updates it."""
@@ -380,9 +418,12 @@ class Regression(Base):
     evidence: Mapped[list[str]] = mapped_column(JSON)
     # Contract section 5's `cost`; null when the model has no prices.
     cost: Mapped[dict[str, float] | None] = mapped_column(JSON)
+    # Contract section 5's `group`: '' for the whole service.
+    group_by: Mapped[str] = _group_column(20)
+    group_value: Mapped[str] = _group_column(200)
 
     __table_args__ = (
-        UniqueConstraint("service", "model", "change_ts_us"),
+        UniqueConstraint("service", "model", "group_by", "group_value", "change_ts_us"),
         Index("ix_regressions_change", "change_ts_us"),
     )
 

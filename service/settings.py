@@ -52,6 +52,14 @@ class Settings(BaseSettings):
     drop_min_rel: float = Field(0.20, gt=0, le=1)
     drop_min_buckets: int = Field(3, ge=1)
     detect_lookback_days: int = Field(14, ge=1)
+    # Groups (contract sections 4b, 5, 5a; docs/groups.md): detection also watches
+    # each scenario and the `detect_top_tenants` tenants with the most prompt tokens
+    # of each (service, model), and compares a newer deploy tag with the older one.
+    detect_top_tenants: int = Field(20, ge=0)
+    # An hour that is over keeps the rollups of at most this many values per (service,
+    # model) and group field (the busiest by prompt tokens in that hour): 50,000
+    # tenants are not 50,000 series per bucket.
+    group_values_kept: int = Field(100, ge=1)
     # Slack alerts (service.alerts, docs/alerts.md). The delivery job runs every
     # `alerts_interval_s`; the HTTP timeout must stay well under the lease, or a second
     # worker could take over an alert whose message is still in flight.

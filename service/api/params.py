@@ -6,6 +6,7 @@ from fastapi import Header, HTTPException, Query
 
 from service.api.schemas import CONTENT_ENCODING_PATTERN, NO_NUL, TS_SCHEMA, TS_TEXT_PATTERN
 from service.ingest.timestamps import parse_ts_text
+from service.rollups.chart import Group
 
 
 # No stored text holds a NUL (PostgreSQL refuses one), so a parameter with one can
@@ -32,6 +33,10 @@ def _time(alias: str | None = None) -> Any:
 
 
 ServiceParam = Annotated[str | None, _text(100)]
+# The group filters (contract sections 4b and 6), as wide as the record's fields.
+ScenarioParam = Annotated[str | None, _text(100)]
+TenantParam = Annotated[str | None, _text(200)]
+DeployParam = Annotated[str | None, _text(200)]
 ModelParam = Annotated[str | None, _text(200)]
 # `from` is a Python keyword, hence the alias.
 TimeParam = Annotated[str | None, _time(alias="from")]
@@ -55,3 +60,20 @@ ContentEncodingHeader = Header(
     description="gzip (or x-gzip: the body is gzipped), identity or none",
     json_schema_extra={"pattern": CONTENT_ENCODING_PATTERN},
 )
+
+
+def group_filter(scenario: str | None, tenant: str | None, deploy: str | None) -> Group | None:
+    """The one group a read is filtered to (empty values are no filter). Groups are
+    kept per field, not per combination, so two at once are refused (422)."""
+    given = [
+        Group(by, v)
+        for by, v in zip(("scenario", "tenant", "deploy"), (scenario, tenant, deploy), strict=True)
+        if v
+    ]
+    if len(given) > 1:
+        raise HTTPException(
+            422,
+            "filter by one of `scenario`, `tenant` and `deploy` at a time: "
+            "groups are kept per field",
+        )
+    return given[0] if given else None

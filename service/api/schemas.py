@@ -343,6 +343,23 @@ def json_body(schema: dict[str, Any], max_items: int | None = None) -> dict[str,
     }
 
 
+class GroupOut(BaseModel):
+    """One value of a group field over a range (contract section 6, `/v1/groups`)."""
+
+    value: str
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    hit_rate: float | None
+    cacheable_fraction: float | None
+    capture_ratio: float | None
+    rewarm_tokens: int
+    rewarm_share: float | None
+    spend_usd: float | None
+    wasted_usd: float | None
+    ttft_ms: dict[str, dict[str, float | None]]
+
+
 class FindingOut(BaseModel):
     """A finding (contract section 5b): an anti-pattern present in the range."""
 

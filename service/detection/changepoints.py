@@ -23,6 +23,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import numpy.typing as npt
@@ -55,6 +56,37 @@ class WeightedMeanCost(BaseCost):  # type: ignore[misc]
             return 0.0
         wy = self._wy[end] - self._wy[start]
         return float(self._wyy[end] - self._wyy[start] - wy * wy / weight)
+
+    def errors(
+        self, start: int | npt.NDArray[np.int64], end: int | npt.NDArray[np.int64]
+    ) -> Floats:
+        """`error` of many segments at once (either bound an array), by the same
+        arithmetic."""
+        weight = self._w[end] - self._w[start]
+        wy = self._wy[end] - self._wy[start]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = self._wyy[end] - self._wyy[start] - wy * wy / weight
+        return np.where(weight > 0, out, 0.0)
+
+
+class VectorBinseg(rpt.Binseg):  # type: ignore[misc]
+    """ruptures' binary segmentation with its split search vectorized: the gain of
+    every candidate split of [start, end) comes from the cost's cumulative sums in
+    one NumPy expression instead of two Python calls per candidate. Same gains, same
+    choice (the largest gain, ties to the later split, as `max` over (gain, bkp)
+    pairs picks), so the same change points, in a fraction of the time: what lets
+    detection watch a service's groups as well as the service."""
+
+    @cache  # noqa: B019 - ruptures clears it on every fit
+    def single_bkp(self, start: int, end: int) -> tuple[int | None, float]:
+        cost: WeightedMeanCost = self.cost
+        bkps = np.arange(start, end, self.jump)
+        bkps = bkps[(bkps - start >= self.min_size) & (end - bkps >= self.min_size)]
+        if not len(bkps):
+            return None, 0
+        gains = cost.error(start, end) - cost.errors(start, bkps) - cost.errors(bkps, end)
+        best = len(gains) - 1 - int(np.argmax(gains[::-1]))
+        return int(bkps[best]), float(gains[best])
 
 
 @dataclass(frozen=True)
@@ -106,7 +138,7 @@ def segments(y: Floats, w: Floats, rule: DropRule) -> list[Segment]:
     if n >= 2 * rule.min_buckets:
         sigma = max(noise_sigma(y, w), rule.sigma_floor)
         penalty = rule.beta * sigma * sigma * math.log(n)
-        algo = rpt.Binseg(custom_cost=WeightedMeanCost(), min_size=rule.min_buckets, jump=1)
+        algo = VectorBinseg(custom_cost=WeightedMeanCost(), min_size=rule.min_buckets, jump=1)
         bkps = algo.fit(np.column_stack([y, w])).predict(pen=penalty)
     bounds = [0, *bkps]
     parts = [_segment(y, w, a, b) for a, b in itertools.pairwise(bounds)]

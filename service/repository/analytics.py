@@ -45,6 +45,7 @@ USAGE_FRAME_SCHEMA: dict[str, Any] = {
     "cache_ttl_s": pl.Float64,
     "provider": pl.Utf8,
     "scenario": pl.Utf8,
+    "tenant": pl.Utf8,
     # As JSON text, decoded by whoever reads it (service.rollups.segments), not
     # turned into Python lists by the driver row by row.
     "segments": pl.Utf8,

@@ -34,7 +34,7 @@ def hourly_sums(
     that served it; whether any hour had a TTFT."""
     c = CHART_TABLE.c
     query = select(c.bucket_us, c.service, c.model, *[c[n] for n in (*sums, *_EXTRA)])
-    query = query.where(c.grain_s == HOUR_S, c.level == 0)
+    query = query.where(c.grain_s == HOUR_S, c.level == 0, c.group_by == "")
     if service is not None:
         query = query.where(c.service == service)
     if model is not None:

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from service.analytics.definitions import SUM_COLUMNS, as_sum
 from service.models import ChartRollup
 from service.repository.analytics import PREFIX_TABLE, ROLLUP_TABLE
-from service.rollups.chart import CHART_SCHEMA
+from service.rollups.chart import CHART_SCHEMA, Scope
 
 CHART_TABLE = cast(Table, ChartRollup.__table__)
 CHART_COLUMNS = list(CHART_SCHEMA)
@@ -52,27 +52,42 @@ def _frame(rows: Sequence[Any], schema: dict[str, Any]) -> pl.DataFrame:
     )
 
 
-def _in_segment(level: int, service: str, model: str, segment: Segment) -> list[Any]:
+def _of(scope: Scope, every_value: bool = False) -> list[Any]:
+    """The chart rows of one scope: the unique index's key before `bucket_us`.
+    `every_value`: the rows of every value of the scope's group field."""
+    c = CHART_TABLE.c
+    return [
+        c.level == scope.level,
+        c.service == scope.service,
+        c.model == scope.model,
+        c.group_by == scope.group_by,
+        *([] if every_value else [c.group_value == scope.group_value]),
+    ]
+
+
+def _in_segment(scope: Scope, segment: Segment, every_value: bool = False) -> list[Any]:
     """The chart rows of one scope in one segment: a range of the (grain, level,
-    service, model, bucket) unique index."""
+    service, model, group, bucket) unique index."""
     c = CHART_TABLE.c
     return [
         c.grain_s == segment.grain_s,
-        c.level == level,
-        c.service == service,
-        c.model == model,
+        *_of(scope, every_value),
         c.bucket_us >= segment.from_us,
         c.bucket_us < segment.to_us,
     ]
 
 
 def chart_extent(
-    session: Session, level: int, service: str, model: str, from_us: int | None, to_us: int | None
+    session: Session,
+    scope: Scope,
+    from_us: int | None,
+    to_us: int | None,
+    every_value: bool = False,
 ) -> tuple[int, int] | None:
     """The first and last minute buckets with data of a scope within the bounds (two
     index seeks), or None when there is none."""
     c = CHART_TABLE.c
-    where = [c.grain_s == 60, c.level == level, c.service == service, c.model == model]
+    where = [c.grain_s == 60, *_of(scope, every_value)]
     if from_us is not None:
         where.append(c.bucket_us >= from_us)
     if to_us is not None:
@@ -86,20 +101,22 @@ def chart_extent(
 
 def fetch_series_rows(
     session: Session,
-    level: int,
-    service: str,
-    model: str,
+    scope: Scope,
     segments: Sequence[Segment],
     columns: Sequence[str] = SERIES_COLUMNS,
+    every_value: bool = False,
 ) -> pl.DataFrame:
     """The chart rows of one scope over the segments, in one statement (each part is
-    a range of the (grain, level, service, model, bucket) unique index)."""
+    a range of the (grain, level, service, model, group, bucket) unique index).
+    `every_value`: of every value of the scope's group field, with `group_value`."""
     c = CHART_TABLE.c
+    if every_value:
+        columns = ["group_value", *columns]
     schema = {name: CHART_SCHEMA[name] for name in columns}
     if not segments:
         return pl.DataFrame(schema=schema)
     parts = [
-        select(*[c[name] for name in columns]).where(*_in_segment(level, service, model, segment))
+        select(*[c[name] for name in columns]).where(*_in_segment(scope, segment, every_value))
         for segment in segments
     ]
     query = parts[0] if len(parts) == 1 else union_all(*parts)
@@ -108,9 +125,7 @@ def fetch_series_rows(
 
 def sum_series_rows(
     session: Session,
-    level: int,
-    service: str,
-    model: str,
+    scope: Scope,
     segments: Sequence[Segment],
     columns: Sequence[str],
 ) -> dict[str, float]:
@@ -120,7 +135,7 @@ def sum_series_rows(
     for segment in segments:
         row = session.execute(
             select(*[func.coalesce(func.sum(c[name]), 0) for name in columns]).where(
-                *_in_segment(level, service, model, segment)
+                *_in_segment(scope, segment)
             )
         ).one()
         for name, value in zip(columns, row, strict=True):
@@ -134,7 +149,9 @@ def scope_values(
     """Distinct (service, model) of the chart rows of a level and grain matching the
     given service/model ('' matches any)."""
     c = CHART_TABLE.c
-    query = select(c.service, c.model).where(c.grain_s == grain_s, c.level == level)
+    query = select(c.service, c.model).where(
+        c.grain_s == grain_s, c.level == level, c.group_by == ""
+    )
     if service:
         query = query.where(c.service == service)
     if model:
@@ -201,9 +218,7 @@ def rollup_hours(session: Session, from_us: int | None) -> list[int]:
 
 def count_buckets_with_data(
     session: Session,
-    level: int,
-    service: str,
-    model: str,
+    scope: Scope,
     segments: Sequence[Segment],
     bucket_us: int,
     limit: int,
@@ -213,9 +228,7 @@ def count_buckets_with_data(
     there."""
     c = CHART_TABLE.c
     parts = [
-        select((c.bucket_us // bucket_us).label("bucket")).where(
-            *_in_segment(level, service, model, segment)
-        )
+        select((c.bucket_us // bucket_us).label("bucket")).where(*_in_segment(scope, segment))
         for segment in segments
     ]
     if not parts:
@@ -246,6 +259,7 @@ def sums_by_model(
                 c.grain_s == segment.grain_s,
                 c.level == level,
                 c.service == (service or ""),
+                c.group_by == "",
                 c.bucket_us >= segment.from_us,
                 c.bucket_us < segment.to_us,
                 *([c.model == model] if model is not None else []),
@@ -259,14 +273,10 @@ def sums_by_model(
     return totals
 
 
-def newest_minute(session: Session, level: int, service: str, model: str) -> int | None:
+def newest_minute(session: Session, scope: Scope) -> int | None:
     """The newest minute bucket of a scope (one index seek)."""
     c = CHART_TABLE.c
-    return session.scalar(
-        select(func.max(c.bucket_us)).where(
-            c.grain_s == 60, c.level == level, c.service == service, c.model == model
-        )
-    )
+    return session.scalar(select(func.max(c.bucket_us)).where(c.grain_s == 60, *_of(scope)))
 
 
 PREFIX_SUMS = [

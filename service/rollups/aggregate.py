@@ -56,17 +56,17 @@ def _bucketed(frame: pl.DataFrame, grain_s: int) -> pl.DataFrame:
     )
 
 
-def rollup_sums(frame: pl.DataFrame, grain_s: int) -> pl.DataFrame:
-    return _bucketed(frame, grain_s).group_by(ROLLUP_KEYS).agg(SUMS)
+def rollup_sums(frame: pl.DataFrame, grain_s: int, keys: list[str] = ROLLUP_KEYS) -> pl.DataFrame:
+    return _bucketed(frame, grain_s).group_by(keys).agg(SUMS)
 
 
-def ttft_counts(frame: pl.DataFrame, grain_s: int) -> pl.DataFrame:
+def ttft_counts(frame: pl.DataFrame, grain_s: int, keys: list[str] = ROLLUP_KEYS) -> pl.DataFrame:
     """Long form (keys, is_hit, bin, count): the mergeable shape of TTFT histograms."""
     return (
         _bucketed(frame, grain_s)
         .filter(pl.col("ttft_ms").is_not_null())
         .with_columns(histogram.bin_expr(pl.col("ttft_ms")).alias("bin"))
-        .group_by([*ROLLUP_KEYS, "is_hit", "bin"])
+        .group_by([*keys, "is_hit", "bin"])
         .agg(pl.len().cast(pl.Int64).alias("count"))
     )
 
@@ -120,21 +120,21 @@ def _empty_counts() -> pl.DataFrame:
     )
 
 
-def finish(sums: pl.DataFrame, counts: pl.DataFrame) -> pl.DataFrame:
+def finish(sums: pl.DataFrame, counts: pl.DataFrame, keys: list[str] = ROLLUP_KEYS) -> pl.DataFrame:
     """Rollup rows ready to store: sums (summed again per key, so several partial
     frames may be concatenated first) with their encoded TTFT histograms."""
-    totals = sums.group_by(ROLLUP_KEYS).agg(pl.col(SUM_COLUMNS).sum())
+    totals = sums.group_by(keys).agg(pl.col(SUM_COLUMNS).sum())
     counts = counts.with_columns(pl.col("grain_s").cast(pl.Int32), pl.col("bin").cast(pl.UInt16))
-    merged = counts.group_by([*ROLLUP_KEYS, "is_hit", "bin"]).agg(pl.col("count").sum())
-    encoded = merged.group_by([*ROLLUP_KEYS, "is_hit"]).agg(pl.col("bin"), pl.col("count"))
+    merged = counts.group_by([*keys, "is_hit", "bin"]).agg(pl.col("count").sum())
+    encoded = merged.group_by([*keys, "is_hit"]).agg(pl.col("bin"), pl.col("count"))
     blobs = {True: {}, False: {}}  # type: dict[bool, dict[tuple[object, ...], bytes]]
     for row in encoded.iter_rows(named=True):
-        key = tuple(row[k] for k in ROLLUP_KEYS)
+        key = tuple(row[k] for k in keys)
         blobs[row["is_hit"]][key] = histogram.encode(row["bin"], row["count"])
-    keys = totals.select(ROLLUP_KEYS).rows()
+    rows = totals.select(keys).rows()
     return totals.with_columns(
-        pl.Series("ttft_hit", [blobs[True].get(k) for k in keys], pl.Binary),
-        pl.Series("ttft_miss", [blobs[False].get(k) for k in keys], pl.Binary),
+        pl.Series("ttft_hit", [blobs[True].get(k) for k in rows], pl.Binary),
+        pl.Series("ttft_miss", [blobs[False].get(k) for k in rows], pl.Binary),
     )
 
 

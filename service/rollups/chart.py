@@ -15,6 +15,8 @@ that served it, and the leading prefixes (a few system prompts in healthy traffi
 one per request only in the anti-pattern unique_prefix_ratio is there to reveal).
 """
 
+from typing import NamedTuple
+
 import numpy as np
 import numpy.typing as npt
 import orjson
@@ -23,7 +25,9 @@ import polars as pl
 from service.analytics.definitions import SUM_COLUMNS, SUM_DTYPES
 from service.rollups import histogram
 
-CHART_KEYS = ["level", "service", "model", "bucket_us"]
+CHART_KEYS = ["level", "service", "model", "group_by", "group_value", "bucket_us"]
+#: The group a row belongs to besides its (service, model) scope ('' for none).
+GROUP_KEYS = ["group_by", "group_value"]
 #: (grain, the grain it is merged from); 60 comes from `rollups` itself.
 CHAIN: tuple[tuple[int, int], ...] = ((60, 0), (300, 60), (3600, 300), (86_400, 3600))
 GRAINS_S = tuple(g for g, _ in CHAIN)
@@ -34,6 +38,8 @@ CHART_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "level": pl.Int32,
     "service": pl.Utf8,
     "model": pl.Utf8,
+    "group_by": pl.Utf8,
+    "group_value": pl.Utf8,
     "bucket_us": pl.Int64,
     **SUM_DTYPES,
     "ttft_hit": pl.Binary,
@@ -58,8 +64,32 @@ def level_of(service: str | None, model: str | None) -> int:
     return 2 if model is not None else 3
 
 
-def scope_key(service: str | None, model: str | None) -> tuple[int, str, str]:
-    return level_of(service, model), service or "", model or ""
+class Group(NamedTuple):
+    """A group of records within a scope (contract section 4b): `by` one of
+    GROUP_BYS, `value` the records' value of that field."""
+
+    by: str
+    value: str
+
+
+#: The record fields a group is by, in the order the read API names them.
+GROUP_BYS = ("scenario", "tenant", "deploy")
+
+
+class Scope(NamedTuple):
+    """The chart rows answering one filter: a level, its service and model ('' for
+    any) and a group ('' '' for none)."""
+
+    level: int
+    service: str
+    model: str
+    group_by: str = ""
+    group_value: str = ""
+
+
+def scope_key(service: str | None, model: str | None, group: Group | None = None) -> Scope:
+    by, value = group if group is not None else ("", "")
+    return Scope(level_of(service, model), service or "", model or "", by, value)
 
 
 def _wider_scopes(pairs: pl.DataFrame) -> pl.DataFrame:
@@ -200,14 +230,35 @@ def row_percentiles(blobs: pl.Series) -> tuple[list[float | None], list[float | 
     return p50, p95
 
 
-def from_rollups(rollups: pl.DataFrame, prefixes: pl.DataFrame, grain_s: int) -> pl.DataFrame:
+def from_rollups(
+    rollups: pl.DataFrame,
+    prefixes: pl.DataFrame,
+    grain_s: int,
+    groups: pl.DataFrame | None = None,
+) -> pl.DataFrame:
     """Chart rows from `rollups` rows (bucket_us, service, model, replica, the sums,
     ttft_hit, ttft_miss) and `prefix_rollups` keys (bucket_us, service, model,
-    first_key) of the same grain and buckets: the (service, model) rows first, then
-    the other scopes merged from those (a few rows a bucket instead of one per
-    deploy and replica)."""
+    first_key) of the same grain and buckets, and `group_rollups` rows (already
+    one per (service, model, group) and bucket, with their sets): the (service,
+    model) rows first, then the other scopes merged from those (a few rows a bucket
+    instead of one per deploy and replica)."""
     if rollups.is_empty():
         return pl.DataFrame(schema=CHART_SCHEMA)
+    blank = [pl.lit("").alias(k) for k in GROUP_KEYS]
+    pairs = level_zero(rollups.with_columns(blank), prefixes.with_columns(blank), grain_s)
+    if groups is not None and not groups.is_empty():
+        pairs = pl.concat([pairs, merge_rows(_as_level_zero(groups), grain_s)])
+    return pl.concat([pairs, merge_rows(_wider_scopes(pairs), grain_s)])
+
+
+def _as_level_zero(rows: pl.DataFrame) -> pl.DataFrame:
+    """Stored group rows with the columns `_merge` reads."""
+    return rows.with_columns(pl.lit(0, pl.Int32).alias("level"))
+
+
+def level_zero(rollups: pl.DataFrame, prefixes: pl.DataFrame, grain_s: int) -> pl.DataFrame:
+    """Level-0 chart rows (one per (service, model, group) and bucket) from rows that
+    still split them by replica (and deploy), and their leading-prefix keys."""
     rows = rollups.with_columns(pl.lit(0, pl.Int32).alias("level"))
     groups, gid = _group_ids(rows.select(CHART_KEYS))
     sums = rows.group_by(CHART_KEYS).agg(pl.col(SUM_COLUMNS).sum())
@@ -220,20 +271,19 @@ def from_rollups(rollups: pl.DataFrame, prefixes: pl.DataFrame, grain_s: int) ->
     first_keys = _key_sets(
         keyed["gid"].to_numpy().astype(np.int64), keyed["first_key"].to_numpy(), n
     )
-    pairs = _finish(groups, sums, grain_s, ttft, replicas, first_keys)
-    return pl.concat([pairs, _merge(_wider_scopes(pairs), grain_s)])
+    return _finish(groups, sums, grain_s, ttft, replicas, first_keys)
 
 
 def coarsen(rows: pl.DataFrame, grain_s: int) -> pl.DataFrame:
     """Chart rows of a finer grain merged into rows of `grain_s` (a multiple of it)."""
     grain_us = grain_s * 1_000_000
-    return _merge(
+    return merge_rows(
         rows.with_columns((pl.col("bucket_us") // grain_us * grain_us).alias("bucket_us")),
         grain_s,
     )
 
 
-def _merge(rows: pl.DataFrame, grain_s: int) -> pl.DataFrame:
+def merge_rows(rows: pl.DataFrame, grain_s: int) -> pl.DataFrame:
     """Chart rows with equal keys merged into one: sums added, histograms added bin
     by bin, sets united."""
     if rows.is_empty():

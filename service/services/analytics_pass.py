@@ -31,14 +31,17 @@ from service.analytics.definitions import SUM_COLUMNS
 from service.analytics.requests import compute_request_metrics
 from service.analytics.state import UNBOUNDED_US, ReuseState, earliest_late, plan_from
 from service.profiles import Profiles, profiles_for
+from service.repository import groups as groups_repo
 from service.repository import retention as retention_repo
 from service.repository import segments as segments_repo
-from service.rollups import aggregate, segments
+from service.rollups import aggregate, groups, segments
 from service.services import chart_rollups
 from service.settings import Settings
 
 CURSOR = "usage"
 STATE = "reuse"
+#: The first hour of group rollups not compacted yet (service.rollups.groups).
+GROUPS_COMPACTED = "groups_compacted"
 GRAINS_S = (60, 3600)
 #: Prefix rollups also per day: the dashboard's top prefixes over a month read 30
 #: rows per prefix and replica instead of 720.
@@ -80,10 +83,12 @@ def catch_up(session: Session, settings: Settings) -> PassReport:
     if recompute_from is None:
         tail_us = state.watermark[0] if state is not None and state.watermark else None
         results, state = compute_request_metrics(batch, window_s, state)
-        _add_to_rollups(session, batch, results, segments_from_us=tail_us)
+        _add_to_rollups(
+            session, batch, results, settings.group_values_kept, segments_from_us=tail_us
+        )
     else:
         assert state is not None or recompute_from == exact_from
-        state = _recompute(session, state, recompute_from, high, window_s, profiles)
+        state = _recompute(session, settings, state, recompute_from, high, profiles)
 
     assert state is not None
     watermark_ts = state.watermark[0] if state.watermark else 0
@@ -113,10 +118,10 @@ def _late_from(state: ReuseState | None, batch: pl.DataFrame) -> int | None:
 
 def _recompute(
     session: Session,
+    settings: Settings,
     state: ReuseState | None,
     from_us: int,
     high: int,
-    window_s: float,
     profiles: Profiles,
 ) -> ReuseState:
     seeds: tuple[str, ...] = ()
@@ -134,13 +139,19 @@ def _recompute(
         seed_rows = repository.load_session_seeds(session, seeds, reload_from, high)
         frame = pl.concat([seed_rows, frame]).unique("id", keep="first")
     frame = profiles.annotate(frame)
-    results, new_state = compute_request_metrics(frame, window_s, plan_state)
+    results, new_state = compute_request_metrics(frame, settings.reuse_window_s, plan_state)
     repository.delete_rollups_from(session, from_us)
     segments_repo.delete_segment_rollups_from(session, from_us)
+    groups_repo.delete_group_rollups(session, from_us)
+    compacted = repository.get_cursor(session, GROUPS_COMPACTED)
+    repository.set_cursor(session, GROUPS_COMPACTED, min(compacted, from_us), _now_us())
     # The daily prefix rows are merged into like the others, so the one holding
     # from_us restarts from its hours before from_us.
     chart_rollups.rebuild_prefix_days(session, from_us)
-    _add_to_rollups(session, frame, results.filter(pl.col("ts_us") >= from_us), recompute=True)
+    kept = settings.group_values_kept
+    _add_to_rollups(
+        session, frame, results.filter(pl.col("ts_us") >= from_us), kept, recompute=True
+    )
     chart_rollups.rebuild_from(session, from_us)
     return new_state
 
@@ -149,6 +160,7 @@ def _add_to_rollups(
     session: Session,
     records: pl.DataFrame,
     results: pl.DataFrame,
+    group_values_kept: int,
     recompute: bool = False,
     segments_from_us: int | None = None,
 ) -> None:
@@ -162,6 +174,8 @@ def _add_to_rollups(
     first_bucket_us = int(joined["ts_us"].min())  # type: ignore[arg-type]
     tail_us = first_bucket_us if segments_from_us is None else segments_from_us
     _add_to_segment_rollups(session, joined, min(first_bucket_us, tail_us))
+    first_minute = (first_bucket_us // 60_000_000) * 60_000_000
+    compacted_from = _add_to_group_rollups(session, joined, first_minute, group_values_kept)
     for grain in GRAINS_S:
         grain_us = grain * 1_000_000
         start = (first_bucket_us // grain_us) * grain_us
@@ -185,7 +199,33 @@ def _add_to_rollups(
         prefix = aggregate.merge_prefix([aggregate.prefix_sums(joined, grain), existing_prefix])
         repository.insert_rollups(session, repository.PREFIX_TABLE, prefix)
     if not recompute:  # a recompute rebuilds the chart rows from its own start
-        chart_rollups.rebuild_from(session, (first_bucket_us // 60_000_000) * 60_000_000)
+        chart_rollups.rebuild_from(session, min(first_minute, compacted_from or first_minute))
+
+
+def _add_to_group_rollups(
+    session: Session, joined: pl.DataFrame, first_minute: int, keep: int
+) -> int | None:
+    """The batch's groups merged into the group rollups from its first minute on,
+    then every hour before the newest record's compacted once
+    (`service.rollups.groups.compact`). Returns the first hour compaction changed."""
+    tail = groups_repo.take_group_rollups(session, first_minute)
+    groups_repo.insert_group_rollups(session, groups.merge([tail, groups.minute_rows(joined)]))
+    newest_hour = (int(joined["ts_us"].max()) // _HOUR_US) * _HOUR_US  # type: ignore[arg-type]
+    first = groups_repo.first_group_bucket(
+        session, repository.get_cursor(session, GROUPS_COMPACTED)
+    )
+    if first is None or first >= newest_hour:
+        return None
+    start = (first // _HOUR_US) * _HOUR_US
+    rows = groups_repo.take_group_rollups(session, start, newest_hour)
+    kept = groups.compact(rows, keep)
+    groups_repo.insert_group_rollups(session, kept)
+    repository.set_cursor(session, GROUPS_COMPACTED, newest_hour, _now_us())
+    return start if kept.height < rows.height else None
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
 
 
 def _add_to_segment_rollups(session: Session, joined: pl.DataFrame, from_us: int) -> None:

@@ -1,9 +1,10 @@
 """Keeping the chart rollups (`service.rollups.chart`) equal to the `rollups` they
 summarize.
 
-They are derived from the stored minute `rollups` and `prefix_rollups`, never from
-records, so whatever rewrote those (a forward pass merging its tail buckets, a
-recompute after late records replacing everything from an hour on) is followed the
+They are derived from the stored minute `rollups`, `prefix_rollups` and
+`group_rollups`, never from records, so whatever rewrote those (a forward pass
+merging its tail buckets, a recompute after late records replacing everything from
+an hour on, the compaction of a finished hour's groups) is followed the
 same way: every chart row from the first changed minute on is deleted and rebuilt,
 grain after grain (1 min from the minute rows, 5 min from 1 min, 1 h from 5 min,
 1 day from 1 h). A coarse bucket straddling that minute is rebuilt whole from its
@@ -14,12 +15,13 @@ import polars as pl
 from sqlalchemy.orm import Session
 
 from service import repository
+from service.repository import groups as groups_repo
 from service.repository import series as series_repo
 from service.rollups import chart
 
 MARKER = "chart_rollups"
 #: Bumped when the chart rows' content changes: the next pass rebuilds them all.
-VERSION = 1
+VERSION = 2  # 2: the rows of groups (group_by, group_value)
 _DAY_US = 86_400 * 1_000_000
 
 
@@ -76,6 +78,7 @@ def _rebuild_day(session: Session, day_us: int, from_us: int) -> None:
                 series_repo.load_rollups_for_chart(session, start, end),
                 series_repo.load_prefix_keys_for_chart(session, start, end),
                 grain,
+                groups_repo.load_group_rollups(session, start, end),
             )
         else:
             older = series_repo.load_chart(session, source, start, built_from)

@@ -96,7 +96,7 @@ def newest_bucket(session: Session, services: Sequence[str], model: str | None) 
     if not services:
         return None
     key = chart.scope_key(only_service(services), model)
-    newest = series_repo.newest_minute(session, *key)
+    newest = series_repo.newest_minute(session, key)
     return int(newest) if newest is not None else None
 
 
@@ -130,7 +130,7 @@ class Scope:
     def rows(self) -> RollupRows:
         return RollupRows(self.services, self.models, self.model)
 
-    def chart_key(self) -> tuple[int, str, str]:
+    def chart_key(self) -> chart.Scope:
         """The chart rollups answering this scope."""
         return chart.scope_key(only_service(self.services), self.model)
 
@@ -154,7 +154,7 @@ def range_totals(session: Session, scope: Scope) -> dict[str, float]:
     if not scope.services:
         return dict.fromkeys(TOTAL_COLUMNS, 0)
     return series_repo.sum_series_rows(
-        session, *scope.chart_key(), scope.chart_segments(), TOTAL_COLUMNS
+        session, scope.chart_key(), scope.chart_segments(), TOTAL_COLUMNS
     )
 
 

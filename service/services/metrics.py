@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from service.rollups.chart import Group
 from service.services import series as series_path
 from service.services.series import MAX_BUCKETS, SeriesQuery, TooManyBuckets
 
@@ -24,12 +25,15 @@ class MetricsQuery:
     from_us: int | None
     to_us: int | None
     bucket_s: int
+    group: Group | None = None
 
 
 def metrics(session: Session, query: MetricsQuery) -> dict[str, Any]:
     """Raises `TooManyBuckets` when the range holds data in more than MAX_BUCKETS."""
     answer = series_path.series(
         session,
-        SeriesQuery(query.service, query.model, query.from_us, query.to_us, query.bucket_s),
+        SeriesQuery(
+            query.service, query.model, query.from_us, query.to_us, query.bucket_s, query.group
+        ),
     )
     return {"bucket_s": query.bucket_s, "buckets": answer.buckets, "totals": answer.totals}

@@ -59,6 +59,8 @@ class SeriesQuery:
     from_us: int | None
     to_us: int | None
     bucket_s: int
+    #: Only the records of one group (contract section 4b); None: all.
+    group: chart.Group | None = None
 
 
 @dataclass(frozen=True)
@@ -103,42 +105,59 @@ def _ceil_minute(ts_us: int) -> int:
 
 def series(session: Session, query: SeriesQuery) -> SeriesAnswer:
     """Buckets (ascending, only those with data) and totals over the range."""
-    level, service, model = chart.scope_key(query.service, query.model)
-    low = None if query.from_us is None else _ceil_minute(query.from_us)
-    high = None if query.to_us is None else _ceil_minute(query.to_us)
-    extent = series_repo.chart_extent(session, level, service, model, low, high)
-    if extent is None:
-        return SeriesAnswer([], metric_values(dict.fromkeys(SUM_COLUMNS, 0), 0, 0, {}), (), 0)
+    scope = chart.scope_key(query.service, query.model, query.group)
+    bounds = read_range(session, scope, query.from_us, query.to_us)
+    if bounds is None:
+        return SeriesAnswer([], empty_totals(), (), 0)
+    extent, (lo, hi) = bounds
     bucket_us = query.bucket_s * 1_000_000
-    # No data outside the extent: widen to whole days within the bounds, so the
-    # middle of the range is read from the coarsest rows.
+    segments = plan(lo, hi, query.bucket_s)
+    _check_bucket_count(session, scope, extent, segments, query.bucket_s)
+    grains = tuple(sorted({s.grain_s for s in segments}, reverse=True))
+    if grains != (query.bucket_s,):
+        rows = series_repo.fetch_series_rows(session, scope, segments)
+        with _no_gc():
+            buckets, totals = summarize(rows, bucket_us), totals_of(rows)
+        return SeriesAnswer(buckets, totals, grains, rows.height)
+    # Each bucket is one stored row: its own percentiles and counts are read, and
+    # only the totals merge histograms and sets, of the coarsest rows of the range.
+    rows = series_repo.fetch_series_rows(session, scope, segments, series_repo.ROW_COLUMNS)
+    coarse = series_repo.fetch_series_rows(session, scope, plan(lo, hi, 86_400))
+    with _no_gc():
+        buckets, totals = single_row_buckets(rows), totals_of(coarse)
+    return SeriesAnswer(buckets, totals, grains, rows.height + coarse.height)
+
+
+def read_range(
+    session: Session,
+    scope: chart.Scope,
+    from_us: int | None,
+    to_us: int | None,
+    every_value: bool = False,
+) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """The extent of a scope's minutes with data within the bounds, and the range to
+    read: the minutes of [from, to) (each bound rounded up to a minute), widened to
+    whole days where there is no data, so the middle of a range is read from the
+    coarsest rows. None: no data."""
+    low = None if from_us is None else _ceil_minute(from_us)
+    high = None if to_us is None else _ceil_minute(to_us)
+    extent = series_repo.chart_extent(session, scope, low, high, every_value)
+    if extent is None:
+        return None
     day_us = 86_400 * 1_000_000
     lo = (extent[0] // day_us) * day_us
     hi = -(-(extent[1] + MINUTE_US) // day_us) * day_us
     lo, hi = max(lo, low) if low is not None else lo, min(hi, high) if high is not None else hi
-    segments = plan(lo, hi, query.bucket_s)
-    _check_bucket_count(session, level, service, model, extent, segments, query.bucket_s)
-    grains = tuple(sorted({s.grain_s for s in segments}, reverse=True))
-    scope = (session, level, service, model)
-    if grains != (query.bucket_s,):
-        rows = series_repo.fetch_series_rows(*scope, segments)
-        with _no_gc():
-            buckets, totals = summarize(rows, bucket_us), _totals(rows)
-        return SeriesAnswer(buckets, totals, grains, rows.height)
-    # Each bucket is one stored row: its own percentiles and counts are read, and
-    # only the totals merge histograms and sets, of the coarsest rows of the range.
-    rows = series_repo.fetch_series_rows(*scope, segments, series_repo.ROW_COLUMNS)
-    coarse = series_repo.fetch_series_rows(*scope, plan(lo, hi, 86_400))
-    with _no_gc():
-        buckets, totals = single_row_buckets(rows), _totals(coarse)
-    return SeriesAnswer(buckets, totals, grains, rows.height + coarse.height)
+    return extent, (lo, hi)
+
+
+def empty_totals() -> dict[str, Any]:
+    return metric_values(dict.fromkeys(SUM_COLUMNS, 0), 0, 0, {})
 
 
 def _check_bucket_count(
     session: Session,
-    level: int,
-    service: str,
-    model: str,
+    scope: chart.Scope,
     extent: tuple[int, int],
     segments: list[Segment],
     bucket_s: int,
@@ -151,7 +170,7 @@ def _check_bucket_count(
     if extent[1] // bucket_us - extent[0] // bucket_us + 1 <= MAX_BUCKETS:
         return
     filled = series_repo.count_buckets_with_data(
-        session, level, service, model, segments, bucket_us, MAX_BUCKETS + 1
+        session, scope, segments, bucket_us, MAX_BUCKETS + 1
     )
     if filled > MAX_BUCKETS:
         raise TooManyBuckets(
@@ -191,12 +210,12 @@ def single_row_buckets(rows: pl.DataFrame) -> list[dict[str, Any]]:
     return _answers(renamed, with_ts=True)
 
 
-def _totals(rows: pl.DataFrame) -> dict[str, Any]:
+def totals_of(rows: pl.DataFrame) -> dict[str, Any]:
     """The totals over chart rows (SERIES_COLUMNS): sums, histograms merged, sets
     united."""
     sums = rows.select(pl.col(SUM_COLUMNS).sum())
     if rows.is_empty():
-        return metric_values(dict.fromkeys(SUM_COLUMNS, 0), 0, 0, {})
+        return empty_totals()
     one = np.zeros(rows.height, np.int64)
     names = rows["replicas"].str.json_decode(pl.List(pl.Utf8)).explode().drop_nulls()
     keys, _ = chart.decode_keys(rows["first_keys"])

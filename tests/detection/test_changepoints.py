@@ -356,3 +356,27 @@ def test_the_crossing_falls_back_to_the_segment_start() -> None:
     before, after = Segment(0, 3, 0.8, 3.0), Segment(3, 6, 0.2, 3.0)
     y = np.array([0.8, 0.8, 0.8, 0.6, 0.6, 0.6])
     assert _crossing(y, np.ones(6), before, after) == 3
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize(("min_size", "jump"), [(1, 1), (3, 1), (3, 2), (2, 5)])
+def test_the_vectorized_search_finds_what_ruptures_own_binseg_finds(
+    seed: int, min_size: int, jump: int
+) -> None:
+    """Same gains, same ties: identical change points on noisy series with steps,
+    uneven weights and empty buckets."""
+    import ruptures as rpt
+
+    from service.detection.changepoints import VectorBinseg, WeightedMeanCost
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(7, 1500))
+    w = rng.uniform(0.01, 2.0, n)
+    w[rng.integers(0, n, n // 5)] = 0.0
+    y = np.clip(0.7 + rng.normal(0, 0.05, n), 0, 1)
+    y[n // 3 :] -= 0.3 * (seed % 2)
+    signal = np.column_stack([y, w])
+    for pen in (0.001, 0.05):
+        plain = rpt.Binseg(custom_cost=WeightedMeanCost(), min_size=min_size, jump=jump)
+        fast = VectorBinseg(custom_cost=WeightedMeanCost(), min_size=min_size, jump=jump)
+        assert fast.fit(signal).predict(pen=pen) == plain.fit(signal).predict(pen=pen)

@@ -16,7 +16,14 @@ from sqlalchemy.orm import Session
 
 from service import repository
 from service.analytics.definitions import SUM_COLUMNS
-from service.models import AnalyticsCursor, AnalyticsState, ChartRollup, PrefixRollup, Rollup
+from service.models import (
+    AnalyticsCursor,
+    AnalyticsState,
+    ChartRollup,
+    GroupRollup,
+    PrefixRollup,
+    Rollup,
+)
 from service.repository.series import CHART_COLUMNS, CHART_TABLE, Segment
 from service.rollups import chart, histogram
 from service.services import analytics_pass, series
@@ -47,6 +54,8 @@ def records(n: int, seed: int) -> list[dict[str, Any]]:
                 "deploy": rng.choice(["v1", "v2"]),
                 "ttft_ms": rng.choice([None, rng.uniform(20, 900)]),
                 "session_id": f"s{rng.randrange(30)}",
+                "scenario": rng.choice(["chat", "summary", None]),
+                "tenant": rng.choice([f"t{rng.randrange(8)}", None]),
             }
         )
     return out
@@ -72,6 +81,8 @@ def prefix_rows(session: Session) -> list[tuple[Any, ...]]:
 def test_incremental_passes_with_late_records_equal_one_full_pass(
     client: TestClient, ingest_headers: dict[str, str], session: Session, settings: Settings
 ) -> None:
+    # Groups too, compacted to the 3 busiest tenants of each finished hour.
+    settings = settings.model_copy(update={"group_values_kept": 3})
     rows = records(600, seed=3)
     random.Random(4).shuffle(rows)  # arrival order unrelated to ts: many late records
     for start in range(0, len(rows), 53):
@@ -83,10 +94,17 @@ def test_incremental_passes_with_late_records_equal_one_full_pass(
     grains = {r[0] for r in incremental}
     assert grains == set(chart.GRAINS_S)
     assert {r[1] for r in incremental} == {0, 1, 2, 3}
-    assert len({r[4] for r in incremental if r[0] == 86_400}) == 2  # both days
+    assert len({r[6] for r in incremental if r[0] == 86_400}) == 2  # both days
+    tenants: dict[tuple[Any, ...], set[str]] = {}
+    for r in incremental:
+        if r[0] == 3600 and r[1] == 0 and r[4] == "tenant":
+            tenants.setdefault((r[2], r[3], r[6]), set()).add(r[5])
+    newest = max(hour for _, _, hour in tenants)
+    assert max(len(v) for (_, _, hour), v in tenants.items() if hour < newest) == 3
+    assert max(len(v) for (_, _, hour), v in tenants.items() if hour == newest) == 8  # open
 
     # Forget every result and compute everything again in one pass.
-    for model in (Rollup, PrefixRollup, ChartRollup, AnalyticsState, AnalyticsCursor):
+    for model in (Rollup, PrefixRollup, ChartRollup, GroupRollup, AnalyticsState, AnalyticsCursor):
         session.execute(delete(model))
     analytics_pass.catch_up(session, settings)
     assert chart_rows(session) == incremental

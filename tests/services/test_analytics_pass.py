@@ -80,7 +80,7 @@ def chart_sums(session: Session, grain_s: int) -> dict[Key, Counter[str]]:
     """The chart rows answering 'everything' (level 3) at one grain."""
     columns = [getattr(ChartRollup, c) for c in CHECKED]
     query = select(ChartRollup.bucket_us, *columns).where(
-        ChartRollup.grain_s == grain_s, ChartRollup.level == 3
+        ChartRollup.grain_s == grain_s, ChartRollup.level == 3, ChartRollup.group_by == ""
     )
     rows = session.execute(query).all()
     return {(r[0],): Counter(dict(zip(CHECKED, r[1:], strict=True))) for r in rows}

@@ -31,7 +31,7 @@ def chart_rows(session: Session) -> list[dict[str, Any]]:
     columns = [c for c in ChartRollup.__table__.columns if c.name != "id"]
     query = select(*columns).order_by(
         ChartRollup.grain_s, ChartRollup.level, ChartRollup.service, ChartRollup.model,
-        ChartRollup.bucket_us,
+        ChartRollup.group_by, ChartRollup.group_value, ChartRollup.bucket_us,
     )  # fmt: skip
     return [dict(r) for r in session.execute(query).mappings()]
 
@@ -71,7 +71,7 @@ def test_chart_rows_sum_the_minute_rollups_per_grain_and_scope(
                 sums[key].update({c: m[c] for c in SUM_COLUMNS})
                 if m["replica"]:
                     replicas[key].add(m["replica"])
-        rows = [r for r in built if r["grain_s"] == grain_s]
+        rows = [r for r in built if r["grain_s"] == grain_s and r["group_by"] == ""]
         got = {
             (r["level"], r["service"], r["model"], r["bucket_us"]): Counter(
                 {c: r[c] for c in SUM_COLUMNS}

@@ -8,11 +8,15 @@ from fastapi.responses import Response
 from service.api.deps import ReadAuth, SessionDep, SettingsDep
 from service.api.freshness import CaughtUp
 from service.api.params import (
+    DeployParam,
     ModelParam,
+    ScenarioParam,
     ServiceParam,
+    TenantParam,
     TimeParam,
     ToParam,
     declared_pattern,
+    group_filter,
     parse_time_param,
 )
 from service.api.patterns import alternation, anchored, integer_range
@@ -112,16 +116,22 @@ def get_metrics(
             "1 minute to 1 day (e.g. 300, 5m, 1h, 1d); empty: the detection bucket",
         ),
     ] = None,
+    scenario: ScenarioParam = None,
+    tenant: TenantParam = None,
+    deploy: DeployParam = None,
 ) -> Response:
     """Hit rate, cacheable fraction, rewarms and TTFT per bucket and in total,
     including every record committed before the query. 400 when the range holds
-    data in more than `MAX_BUCKETS` buckets (docs/metrics.md)."""
+    data in more than `MAX_BUCKETS` buckets (docs/metrics.md). `scenario`, `tenant`
+    or `deploy` (one at a time): only that group's records (docs/groups.md)."""
+    group = group_filter(scenario, tenant, deploy)
     query = MetricsQuery(
         service=service or None,
         model=model or None,
         from_us=parse_time_param("from", from_),
         to_us=parse_time_param("to", to),
         bucket_s=parse_bucket(bucket, default_s=max(MINUTE_S, settings.detect_bucket_s)),
+        group=group,
     )
     try:
         answer = metrics(session, query)

@@ -1,0 +1,36 @@
+"""GET /v1/groups: a group field's values within a scope (contract sections 4b, 6)."""
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+
+from service.api.deps import ReadAuth, SessionDep
+from service.api.freshness import CaughtUp
+from service.api.params import ModelParam, ServiceParam, TimeParam, ToParam, parse_time_param
+from service.api.schemas import READ_ERRORS, GroupOut
+from service.services.groups import GroupsQuery, groups
+
+router = APIRouter(tags=["analytics"], responses=READ_ERRORS)
+
+
+@router.get("/v1/groups", dependencies=[ReadAuth, CaughtUp], response_model=list[GroupOut])
+def get_groups(
+    session: SessionDep,
+    by: Annotated[Literal["scenario", "tenant", "deploy"], Query()],
+    service: ServiceParam = None,
+    model: ModelParam = None,
+    from_: TimeParam = None,
+    to: ToParam = None,
+) -> list[dict[str, Any]]:
+    """Each value of `by` with data in the range, most prompt tokens first: the totals
+    `/v1/metrics` answers with that value as its filter. Values outside the busiest
+    `CACHEWATCH_GROUP_VALUES_KEPT` of an hour that is over are not kept for that
+    hour (docs/groups.md)."""
+    query = GroupsQuery(
+        service=service or None,
+        model=model or None,
+        by=by,
+        from_us=parse_time_param("from", from_),
+        to_us=parse_time_param("to", to),
+    )
+    return groups(session, query)
