@@ -33,7 +33,7 @@ import socket
 import subprocess
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,7 @@ from service.slack_sink import SlackSink, message_headline, start_slack_sink
 HOUR_S = 3600.0
 SERVICE = "corporate-assistant"
 MODEL = "acme-chat-70b"
+RESEARCH = "research-assistant"
 #: The corporate assistant's two front ends, from the first minute: the web chat
 #: renders the system prompt with one trailing newline, the API agent with two (one
 #: token more). Same prompt, two cache entries: a template drift no release made.
@@ -98,8 +99,9 @@ TICKET_SUMMARY = Rendering(
         max_turns=1,
     ),
 )
-#: The teams using the assistant (the records' `tenant`): a few big ones, a long tail.
-TENANTS = Tenants(300, zipf_s=1.1, prefix="team-")
+#: The research assistant's customers (the records' `tenant`): a few big ones, a
+#: long tail.
+TENANTS = Tenants(300, zipf_s=1.1, prefix="customer-")
 #: The share of the requests release v3.5.0 goes to first, an hour before all of them.
 CANARY_SHARE = 0.1
 #: USD per million tokens (input, cache read, 5-minute cache write): Anthropic's
@@ -136,13 +138,13 @@ def demo_scenario(seed: int = 7, peak_rate: float = 0.8) -> Scenario:
         cache_key="session",
         deploy="v3.4.0",
         renderings=(*RENDERINGS, TICKET_SUMMARY),
-        tenants=TENANTS,
     )
 
     def at(day: int, hour: float) -> float:
         return day * DAY_S + hour * HOUR_S
 
-    research, research_timeline = ttl_release_story(at(3, 12), at(3, 16))
+    research, research_timeline = ttl_release_story(at(3, 12), at(3, 16), name=RESEARCH)
+    research = replace(research, tenants=TENANTS)
     greeting = "greet users with the current time and company name"
     timeline = (
         Change(
@@ -296,7 +298,10 @@ def run_demo(folder: Path, port: int, keep_serving: bool = True) -> list[dict[st
             f"{len(result.events)} posted change events ({_since(started)})",
             flush=True,
         )
-        print(groups_line(result, SERVICE), flush=True)
+        for spec in scenario.services:
+            line = groups_line(result, spec.name)
+            if line is not None:
+                print(line, flush=True)
         post_events(server.url, ingest, result.events)
         stats = post_records(server.url, ingest, result.records, batch_size=2_000)
         print(
@@ -369,19 +374,25 @@ def _deliver_alerts(env: dict[str, str], sink: SlackSink | None) -> None:
         print(f"  > {message_headline(payload)}", flush=True)
 
 
-def groups_line(result: SimulationResult, service: str) -> str:
+def groups_line(result: SimulationResult, service: str) -> str | None:
     """The groups of one service's traffic: each scenario's share of its prompt
-    tokens, and how many tenants it serves."""
+    tokens, and how many tenants it served; None when it has neither."""
     tokens: Counter[str] = Counter()
     tenants: set[str] = set()
     for record in result.records:
         if record["service"] == service:
-            tokens[record.get("scenario") or "-"] += token_counts(record)[0]
+            if "scenario" in record:
+                tokens[record["scenario"]] += token_counts(record)[0]
             if "tenant" in record:
                 tenants.add(record["tenant"])
-    total = sum(tokens.values()) or 1
-    shares = ", ".join(f"{name} {pct(count / total)}" for name, count in tokens.most_common())
-    return f"{service}: scenarios {shares} of prompt tokens; {len(tenants):,} tenants"
+    parts = []
+    if tokens:
+        total = sum(tokens.values())
+        shares = ", ".join(f"{name} {pct(n / total)}" for name, n in tokens.most_common())
+        parts.append(f"scenarios {shares} of prompt tokens")
+    if tenants:
+        parts.append(f"{len(tenants):,} tenants")
+    return f"{service}: {'; '.join(parts)}" if parts else None
 
 
 def subject(r: dict[str, Any]) -> str:
