@@ -421,6 +421,9 @@ class Regression(Base):
     # Contract section 5's `group`: '' for the whole service.
     group_by: Mapped[str] = _group_column(20)
     group_value: Mapped[str] = _group_column(200)
+    # A canary's comparison (section 5a): the older tag, the newer tag's share of
+    # requests and the buckets both served. Null for any other regression.
+    canary: Mapped[dict[str, object] | None] = mapped_column(JSON, sort_order=3)
 
     __table_args__ = (
         UniqueConstraint("service", "model", "group_by", "group_value", "change_ts_us"),

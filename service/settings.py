@@ -56,6 +56,7 @@ class Settings(BaseSettings):
     # each scenario and the `detect_top_tenants` tenants with the most prompt tokens
     # of each (service, model), and compares a newer deploy tag with the older one.
     detect_top_tenants: int = Field(20, ge=0)
+    detect_groups: bool = True
     # An hour that is over keeps the rollups of at most this many values per (service,
     # model) and group field (the busiest by prompt tokens in that hour): 50,000
     # tenants are not 50,000 series per bucket.

@@ -123,6 +123,7 @@ def upgrade() -> None:
     with op.batch_alter_table("regressions") as batch:
         for column in _group_columns():
             batch.add_column(column)
+        batch.add_column(sa.Column("canary", sa.JSON(), nullable=True))
         batch.drop_constraint("uq_regressions_service", type_="unique")
         batch.create_unique_constraint(
             "uq_regressions_service",
@@ -143,5 +144,7 @@ def downgrade() -> None:
             batch.create_unique_constraint(f"uq_{table}_{key[0]}", list(key))
             batch.drop_column("group_value")
             batch.drop_column("group_by")
+            if table == "regressions":
+                batch.drop_column("canary")
     op.drop_index("ix_group_rollups_bucket", table_name="group_rollups")
     op.drop_table("group_rollups")

@@ -64,7 +64,8 @@ ContentEncodingHeader = Header(
 
 def group_filter(scenario: str | None, tenant: str | None, deploy: str | None) -> Group | None:
     """The one group a read is filtered to (empty values are no filter). Groups are
-    kept per field, not per combination, so two at once are refused (422)."""
+    kept per field, not per combination: two at once name a series that is not kept
+    (404, saying so)."""
     given = [
         Group(by, v)
         for by, v in zip(("scenario", "tenant", "deploy"), (scenario, tenant, deploy), strict=True)
@@ -72,8 +73,8 @@ def group_filter(scenario: str | None, tenant: str | None, deploy: str | None) -
     ]
     if len(given) > 1:
         raise HTTPException(
-            422,
-            "filter by one of `scenario`, `tenant` and `deploy` at a time: "
-            "groups are kept per field",
+            404,
+            "no series is kept for two group filters at once: filter by one of "
+            "`scenario`, `tenant` and `deploy` at a time (groups are kept per field)",
         )
     return given[0] if given else None

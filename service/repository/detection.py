@@ -120,11 +120,17 @@ def events_near(
 
 
 def segment_variants_per_hour(
-    session: Session, service: str, model: str, from_us: int, to_us: int
+    session: Session,
+    service: str,
+    model: str,
+    from_us: int,
+    to_us: int,
+    group: tuple[str, str] | None = None,
 ) -> tuple[dict[str, float], float]:
     """Per segment name, the mean number of distinct hashes per hour of traffic, and
     the mean number of requests per hour (to tell a part that became unique from
-    one that merely follows the traffic)."""
+    one that merely follows the traffic). `group`: only the records whose field
+    (`scenario`, `tenant` or `deploy`) has that value."""
     query = select(USAGE.c.ts_us, USAGE.c.segments).where(
         USAGE.c.service == service,
         USAGE.c.model == model,
@@ -132,6 +138,8 @@ def segment_variants_per_hour(
         USAGE.c.ts_us < to_us,
         USAGE.c.segments.is_not(None),
     )
+    if group is not None:
+        query = query.where(USAGE.c[group[0]] == group[1])
     variants: dict[tuple[str, int], set[Any]] = defaultdict(set)
     requests: dict[int, int] = defaultdict(int)
     for ts_us, segments in session.execute(query):
@@ -149,17 +157,42 @@ def segment_variants_per_hour(
 
 
 def find_regression(
-    session: Session, service: str, model: str, from_us: int, to_us: int
+    session: Session,
+    service: str,
+    model: str,
+    from_us: int,
+    to_us: int,
+    group: tuple[str, str] = ("", ""),
 ) -> Regression | None:
+    """The regression of the (service, model) and group ('' '': the whole service)
+    whose change is in [from_us, to_us]."""
     query = (
         select(Regression)
         .where(
             Regression.service == service,
             Regression.model == model,
+            Regression.group_by == group[0],
+            Regression.group_value == group[1],
             Regression.change_ts_us >= from_us,
             Regression.change_ts_us <= to_us,
         )
         .order_by(Regression.id)
+        .limit(1)
+    )
+    return session.scalars(query).first()
+
+
+def deploy_event(session: Session, service: str, tag: str) -> ChangeEvent | None:
+    """The deploy event of a service's tag: a posted one before an inferred one, the
+    earliest of either."""
+    query = (
+        select(ChangeEvent)
+        .where(
+            ChangeEvent.service == service,
+            ChangeEvent.kind == "deploy",
+            ChangeEvent.deploy == tag,
+        )
+        .order_by((ChangeEvent.source != "posted"), ChangeEvent.ts_us, ChangeEvent.id)
         .limit(1)
     )
     return session.scalars(query).first()

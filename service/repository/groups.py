@@ -4,7 +4,7 @@ chart rows. Callers pass a session; nothing here commits."""
 from typing import Any, cast
 
 import polars as pl
-from sqlalchemy import Table, func, select
+from sqlalchemy import Table, func, or_, select
 from sqlalchemy.orm import Session
 
 from service.models import ChartRollup, GroupRollup
@@ -86,24 +86,28 @@ def group_values(
 
 def group_chart_rows(
     session: Session,
-    level: int,
-    service: str,
-    model: str,
-    bys: tuple[str, ...],
+    key: tuple[str, str],
+    chosen: dict[str, list[str]],
     grain_s: int,
     from_us: int,
     columns: list[str],
 ) -> pl.DataFrame:
-    """Every group's chart rows of one scope and grain from `from_us` on, in one
-    statement (detection reads all the groups of a (service, model) at once)."""
+    """The chart rows of the chosen groups (values per group field) of one (service,
+    model) at one grain from `from_us` on, in one statement (detection reads all
+    the groups it watches at once), with their group columns."""
     c = CHART_TABLE.c
     names = ["group_by", "group_value", *columns]
+    picks = [
+        (c.group_by == by) & c.group_value.in_(values) for by, values in chosen.items() if values
+    ]
+    if not picks:
+        return pl.DataFrame(schema={n: CHART_SCHEMA[n] for n in names})
     query = select(*[c[n] for n in names]).where(
         c.grain_s == grain_s,
-        c.level == level,
-        c.service == service,
-        c.model == model,
-        c.group_by.in_(bys),
+        c.level == 0,
+        c.service == key[0],
+        c.model == key[1],
+        or_(*picks),
         c.bucket_us >= from_us,
     )
     return _frame(list(session.execute(query).all()), {n: CHART_SCHEMA[n] for n in names})

@@ -37,4 +37,10 @@ def regression_to_json(regression: Regression) -> dict[str, Any]:
         "cause": regression.cause,
         "evidence": regression.evidence,
         "cost": regression.cost,
+        "group": (
+            {"by": regression.group_by, "value": regression.group_value}
+            if regression.group_by
+            else None
+        ),
+        "canary": regression.canary,
     }

@@ -111,7 +111,7 @@ def test_bad_group_input_is_refused_with_a_reason(
     client: TestClient, read_headers: dict[str, str]
 ) -> None:
     two = client.get("/v1/metrics?scenario=chat&tenant=acme", headers=read_headers)
-    assert two.status_code == 422 and "one of" in two.text
+    assert two.status_code == 404 and "one of" in two.text
     assert client.get("/v1/groups", headers=read_headers).status_code == 422
     bad = client.get("/v1/groups?by=user", headers=read_headers)
     assert bad.status_code == 422 and "by" in bad.text

@@ -20,7 +20,7 @@ from service.api.params import (
     parse_time_param,
 )
 from service.api.patterns import alternation, anchored, integer_range
-from service.api.schemas import READ_ERRORS, CapacityOut, ErrorAnswer
+from service.api.schemas import READ_ERRORS, CapacityOut, Detail
 from service.services import capacity
 from service.services.metrics import DAY_S, MINUTE_S, MetricsQuery, TooManyBuckets, metrics
 
@@ -98,7 +98,10 @@ def parse_sizes(value: str | None) -> list[int]:
 @router.get(
     "/v1/metrics",
     dependencies=[ReadAuth, CaughtUp],
-    responses={400: {"model": ErrorAnswer, "description": "More buckets than MAX_BUCKETS"}},
+    responses={
+        400: {"model": Detail, "description": "More buckets than MAX_BUCKETS"},
+        404: {"model": Detail, "description": "Two group filters at once (none is kept)"},
+    },
 )
 def get_metrics(
     session: SessionDep,
@@ -123,7 +126,7 @@ def get_metrics(
     """Hit rate, cacheable fraction, rewarms and TTFT per bucket and in total,
     including every record committed before the query. 400 when the range holds
     data in more than `MAX_BUCKETS` buckets (docs/metrics.md). `scenario`, `tenant`
-    or `deploy` (one at a time): only that group's records (docs/groups.md)."""
+    or `deploy` (one at a time, 404 for two): only that group's records (docs/groups.md)."""
     group = group_filter(scenario, tenant, deploy)
     query = MetricsQuery(
         service=service or None,

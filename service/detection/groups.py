@@ -1,0 +1,151 @@
+"""Regressions of groups and canaries (contract sections 5 and 5a), as pure functions
+over the groups' detection series.
+
+A group (a scenario, one of the busiest tenants) is watched with the service's own
+lasting-drop rule: its drop is a regression of its own unless the whole service
+dropped at the same time (`explained_by_service`): one change of the whole service is
+one regression, not one per group. A scenario holding 5% of a service's tokens that
+loses its prefix moves the service by a few points, below every threshold, and is
+found only here.
+
+A canary is not a change in time but a difference side by side: while two deploy
+tags of one (service, model) serve in the same buckets, the newer tag (first seen
+later) is compared with the older one that served the most beside it, over the
+buckets both served (`canaries`). Both sides see the same hours, the same load and
+the same cache (the scope of reuse is the model), so the difference is the release's.
+The rule is the regression's: the newer tag's hit rate is lower by `min_abs` and
+`min_rel` over those buckets, and below half-way in at least `min_buckets` of them:
+lasting, not one cold bucket. It is found while the canary is small, `min_buckets`
+buckets after its first request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from service.analytics.definitions import SUM_COLUMNS, USD_COLUMNS
+from service.detection.changepoints import DropRule
+from service.detection.series import Series, Stretch, stretch
+
+_EPSILON = 1e-9
+_TYPES = {c: np.float64 if c in USD_COLUMNS else np.int64 for c in SUM_COLUMNS}
+
+
+def series_from_chart(rows: pl.DataFrame) -> Series:
+    """A detection series from chart rows of one group, one row per detection bucket
+    (bucket_us, the sums, replica_count, prefix_count): empty buckets left out, as
+    `build_series` leaves them out."""
+    rows = rows.filter(pl.col("prompt_tokens") > 0).sort("bucket_us")
+    return Series(
+        bucket_us=rows["bucket_us"].to_numpy().astype(np.int64),
+        sums={c: rows[c].to_numpy().astype(_TYPES[c]) for c in SUM_COLUMNS},
+        distinct_prefixes=rows["prefix_count"].to_numpy().astype(np.int64),
+        replicas=rows["replica_count"].to_numpy().astype(np.int64),
+    )
+
+
+def explained_by_service(change_us: int, service_changes_us: list[int], reach_us: int) -> bool:
+    """A group's drop that the whole service's drop explains: one began within
+    `reach_us` of it."""
+    return any(abs(change_us - other) <= reach_us for other in service_changes_us)
+
+
+def _subset(series: Series, keep: npt.NDArray[np.bool_]) -> Series:
+    return Series(
+        bucket_us=series.bucket_us[keep],
+        sums={name: values[keep] for name, values in series.sums.items()},
+        distinct_prefixes=series.distinct_prefixes[keep],
+        replicas=series.replicas[keep],
+    )
+
+
+@dataclass(frozen=True)
+class Canary:
+    """A newer tag whose hit rate is lower than the older one's beside it."""
+
+    tag: str
+    baseline: str
+    first_bucket_us: int  # the newer tag's first bucket in the series
+    buckets: int  # buckets both served
+    share: float  # the newer tag's share of both tags' requests in those buckets
+    before: Stretch  # the older tag over those buckets
+    after: Stretch  # the newer tag over those buckets
+    after_series: Series  # the newer tag over those buckets, bucket by bucket
+    recovered_at_us: int | None
+
+
+def canaries(tags: dict[str, Series], rule: DropRule, bucket_us: int) -> list[Canary]:
+    """Every newer tag that, beside the older tag that served the most in its
+    buckets, has the lower hit rate by the rule (see the module's docstring)."""
+    order = sorted((s.bucket_us[0], tag) for tag, s in tags.items() if len(s))
+    found = []
+    for i, (_, tag) in enumerate(order):
+        newer = tags[tag]
+        older = [t for _, t in order[:i]]
+        if not older:
+            continue
+        baseline = max(older, key=lambda t: (_tokens_beside(tags[t], newer), t))
+        canary = _compare(tag, newer, baseline, tags[baseline], rule, bucket_us)
+        if canary is not None:
+            found.append(canary)
+    return found
+
+
+def _tokens_beside(series: Series, other: Series) -> int:
+    return int(series.sums["prompt_tokens"][np.isin(series.bucket_us, other.bucket_us)].sum())
+
+
+def _compare(
+    tag: str, newer: Series, baseline: str, older: Series, rule: DropRule, bucket_us: int
+) -> Canary | None:
+    both = np.intersect1d(newer.bucket_us, older.bucket_us)
+    if len(both) < rule.min_buckets:
+        return None
+    new = _subset(newer, np.isin(newer.bucket_us, both))
+    old = _subset(older, np.isin(older.bucket_us, both))
+    before, after = stretch(old, 0, len(old)), stretch(new, 0, len(new))
+    fall = before.hit_rate - after.hit_rate + _EPSILON
+    if fall < rule.min_abs or fall < rule.min_rel * before.hit_rate:
+        return None
+    midpoint = (before.hit_rate + after.hit_rate) / 2
+    if int((new.hit_rate <= midpoint).sum()) < rule.min_buckets:
+        return None
+    requests = new.sums["requests"].sum() + old.sums["requests"].sum()
+    return Canary(
+        tag=tag,
+        baseline=baseline,
+        first_bucket_us=int(newer.bucket_us[0]),
+        buckets=len(both),
+        share=float(new.sums["requests"].sum() / max(requests, 1)),
+        before=before,
+        after=after,
+        after_series=new,
+        recovered_at_us=_recovered(new, old, newer, older, fall, rule, bucket_us),
+    )
+
+
+def _recovered(
+    new: Series,
+    old: Series,
+    newer: Series,
+    older: Series,
+    fall: float,
+    rule: DropRule,
+    bucket_us: int,
+) -> int | None:
+    """When the canary stopped hurting: its newest `min_buckets` buckets beside the
+    older tag are back near it (a fix shipped under the same tag), or it stopped
+    serving while the older tag went on (rolled back). A canary that replaced the
+    older tag stays open: the service's own series carries the drop from there."""
+    recent = slice(len(new) - rule.min_buckets, len(new))
+    now_old = stretch(old, recent.start, recent.stop).hit_rate
+    now_new = stretch(new, recent.start, recent.stop).hit_rate
+    if now_old - now_new < max(rule.min_abs / 2, fall / 4):
+        return int(new.bucket_us[recent.start])
+    if older.bucket_us[-1] > newer.bucket_us[-1]:
+        return int(newer.bucket_us[-1]) + bucket_us
+    return None
