@@ -1,7 +1,7 @@
 """`cachewatch demo`: the whole product on the embedded database, end to end.
 
-A corporate assistant (a long system prompt and 14 tools, many users in a few
-hundred teams, a daily curve) is simulated for four days with three "harmless"
+A corporate assistant (a long system prompt and 14 tools, many users, a daily
+curve) is simulated for four days with three "harmless"
 releases and their fixes: the current time and company name at the top of the
 system prompt (first to a 10% canary, an hour later to everyone; fixed by moving
 that context to the tail), tools gathered from an unordered plugin registry (fixed
@@ -33,7 +33,7 @@ import socket
 import subprocess
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,6 @@ from service.simulate import (
     ShuffledTools,
     SimulationResult,
     StaticSystemPrefix,
-    Tenants,
     post_events,
     post_records,
     simulate,
@@ -99,9 +98,6 @@ TICKET_SUMMARY = Rendering(
         max_turns=1,
     ),
 )
-#: The research assistant's customers (the records' `tenant`): a few big ones, a
-#: long tail.
-TENANTS = Tenants(300, zipf_s=1.1, prefix="customer-")
 #: The share of the requests release v3.5.0 goes to first, an hour before all of them.
 CANARY_SHARE = 0.1
 #: USD per million tokens (input, cache read, 5-minute cache write): Anthropic's
@@ -144,7 +140,6 @@ def demo_scenario(seed: int = 7, peak_rate: float = 0.8) -> Scenario:
         return day * DAY_S + hour * HOUR_S
 
     research, research_timeline = ttl_release_story(at(3, 12), at(3, 16), name=RESEARCH)
-    research = replace(research, tenants=TENANTS)
     greeting = "greet users with the current time and company name"
     timeline = (
         Change(
@@ -401,9 +396,11 @@ def subject(r: dict[str, Any]) -> str:
     group = r.get("group")
     if not isinstance(group, dict):
         return str(r["service"])
-    if group["by"] == "deploy":
-        return f"canary deploy {group['value']} of {r['service']}"
-    return f"{group['by']} `{group['value']}` of {r['service']}"
+    if group["by"] != "deploy":
+        return f"{group['by']} `{group['value']}` of {r['service']}"
+    canary = r.get("canary")
+    share = f" ({pct(canary['share'])} of requests)" if isinstance(canary, dict) else ""
+    return f"canary deploy {group['value']} of {r['service']}{share}"
 
 
 def _print_regression(r: dict[str, Any]) -> None:
