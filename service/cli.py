@@ -6,6 +6,8 @@ from typing import Annotated, Any
 import typer
 
 from service.alerts.cli import app as alerts_app
+from service.alerts.mrkdwn import visible
+from service.alerts.subject import group_text
 from service.alerts.wording import cost_phrase, pct
 from service.db import make_engine, make_sessionmaker
 from service.fingerprint.cli import app as diff_app
@@ -100,17 +102,21 @@ def detect(
 
 
 def regression_line(r: dict[str, Any]) -> str:
-    """One line of `detect`'s output for a regression (contract JSON), with what it
-    costs a day when its model has prices."""
+    """One line of `detect`'s output for a regression (contract JSON): its group or
+    canary after the service, and what it costs a day when its model has prices.
+    Control characters in names show as escapes: one line per regression."""
     attribution = r["attributed_to"]
     cost = cost_phrase(r)
-    return (
-        f"#{r['id']} {r['service']}/{r['model']} at {r['change_ts']}: hit rate "
+    group = group_text(r)
+    line = (
+        f"#{r['id']} {r['service']}/{r['model']}{' ' + group if group else ''} at "
+        f"{r['change_ts']}: hit rate "
         f"{pct(r['before']['hit_rate'])} -> {pct(r['after']['hit_rate'])}, cause {r['cause']}, "
         + (_describe_attribution(attribution) if attribution else "no change event nearby")
         + (f", {cost}" if cost else "")
         + f" [{r['status']}]"
     )
+    return visible(line)
 
 
 @app.command()

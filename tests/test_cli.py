@@ -111,6 +111,31 @@ def test_a_detect_line_says_what_the_regression_costs_a_day() -> None:
     assert "$" not in unpriced and "cost" not in unpriced
 
 
+def test_a_detect_line_names_the_group_or_the_canary() -> None:
+    scenario = regression(id=21, group={"by": "scenario", "value": "ticket-summary"}, cost=None)
+    assert regression_line(scenario).startswith(
+        "#21 assistant/acme-70b-instruct scenario ticket-summary at 2026-11-23T14:25:00Z: hit"
+    )
+    tenant = regression(group={"by": "tenant", "value": "acme-corp"})
+    assert "/acme-70b-instruct tenant acme-corp at " in regression_line(tenant)
+    canary = regression(
+        group={"by": "deploy", "value": "v5.0.0"},
+        canary={"baseline": "v4.9.0", "share": 0.1, "buckets": 12},
+        cost=None,
+    )
+    assert regression_line(canary).startswith(
+        "#7 assistant/acme-70b-instruct canary deploy v5.0.0 "
+        "(10% of requests, beside v4.9.0, 12 buckets) at 2026-11-23T14:25:00Z: hit rate"
+    )
+    bare = regression_line(regression(group={"by": "deploy", "value": "v5"}, canary=None))
+    assert " canary deploy v5 at " in bare
+    # A group value is data from the records: it cannot break the one line.
+    hostile = regression(group={"by": "scenario", "value": "x\n#8 forged\x1b[2J"})
+    line = regression_line(hostile)
+    assert "\n" not in line and "\x1b" not in line
+    assert " scenario x\\n#8 forged\\x1b[2J at " in line
+
+
 def test_detect_prints_what_each_regression_costs_a_day(tmp_path: Path) -> None:
     """Priced traffic (the models file) whose cache is lost halfway: the text line
     says what the drop costs a day, `--json` carries the contract's `cost`."""

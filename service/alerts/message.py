@@ -19,7 +19,8 @@ from slack_sdk.models.blocks import (
 )
 
 from service.alerts.links import dashboard_url
-from service.alerts.mrkdwn import clip, clip_mrkdwn, code, link, visible
+from service.alerts.mrkdwn import clip, clip_mrkdwn, link, visible
+from service.alerts.subject import Piece, canary_sentence, header_pieces, subject
 from service.alerts.wording import (
     attribution_line,
     cause_label,
@@ -97,11 +98,6 @@ def _entries(items: Sequence[AlertItem]) -> list[tuple[Kind, Mapping[str, Any]]]
     return [("opened" if "opened" in kinds[k] else "resolved", regressions[k]) for k in order]
 
 
-def _name(regression: Mapping[str, Any]) -> str:
-    """`service/model`, raw: `code` it for mrkdwn, `visible` for plain_text."""
-    return f"{regression['service']}/{regression['model']}"
-
-
 def _drop(regression: Mapping[str, Any]) -> tuple[str, str]:
     return pct(regression["before"].get("hit_rate")), pct(regression["after"].get("hit_rate"))
 
@@ -113,11 +109,23 @@ def _mrkdwn(text: str, limit: int = SECTION_MAX) -> MarkdownTextObject:
 
 
 def _header(before: str, name: str = "", after: str = "") -> HeaderBlock:
-    """`before` + the name + `after` as plain_text, which Slack does not parse (escapes
-    of `&<>` would show): `visible` keeps the name on one line, `emoji=False` keeps
-    shortcodes as text. A long name is cut, not our words after it."""
-    room = max(HEADER_MAX - len(before) - len(after), 1)
-    text = before + clip(visible(name), room) + after
+    """`before` + the name + `after` as plain_text (`_header_of`)."""
+    return _header_of((Piece(before), Piece(name, name=True), Piece(after)))
+
+
+def _header_of(pieces: Sequence[Piece]) -> HeaderBlock:
+    """The pieces as plain_text, which Slack does not parse (escapes of `&<>` would
+    show): `visible` keeps each name on one line, `emoji=False` keeps shortcodes as
+    text. Long names are cut, not our words between and after them: each name gets
+    an equal share of the room the others leave."""
+    names = [visible(p.text) for p in pieces if p.name]
+    room = max(HEADER_MAX - sum(len(p.text) for p in pieces if not p.name), len(names))
+    cut: dict[int, str] = {}
+    for left, index in enumerate(sorted(range(len(names)), key=lambda i: len(names[i]))):
+        cut[index] = clip(names[index], max(room // (len(names) - left), 1))
+        room -= len(cut[index])
+    shown = iter(cut[i] for i in range(len(names)))
+    text = "".join(next(shown) if p.name else p.text for p in pieces)
     return HeaderBlock(text=PlainTextObject(text=clip(text, HEADER_MAX), emoji=False))
 
 
@@ -133,10 +141,12 @@ def _resolution(regression: Mapping[str, Any]) -> str | None:
 
 def opened_message(regression: Mapping[str, Any], public_url: str) -> SlackMessage:
     before, after = _drop(regression)
-    name = _name(regression)
     url = dashboard_url(public_url, regression)
     since = when(str(regression["change_ts"]))
     change = f"*Since* {since}\n*Change:* {attribution_line(regression)}"
+    canary = canary_sentence(regression)
+    if canary:
+        change += f"\n*Canary:* {canary}"
     cost = cost_line(regression)
     if cost:
         change += f"\n*Cost:* the drop {cost}"
@@ -144,7 +154,7 @@ def opened_message(regression: Mapping[str, Any], public_url: str) -> SlackMessa
     if resolution:
         change += f"\n*Already resolved:* {resolution}"
     blocks: list[Block] = [
-        _header("", name, f": hit rate {before} → {after}"),
+        _header_of((*header_pieces(regression), Piece(f": hit rate {before} → {after}"))),
         SectionBlock(text=_mrkdwn(change)),
         SectionBlock(
             text=_mrkdwn(f"*Likely cause: {cause_label(regression)}*\n{cause_sentence(regression)}")
@@ -157,7 +167,7 @@ def opened_message(regression: Mapping[str, Any], public_url: str) -> SlackMessa
     blocks.append(
         SectionBlock(
             text=_mrkdwn(
-                f"{link(url, 'Open the dashboard')} on {code(name)}, "
+                f"{link(url, 'Open the dashboard')} on {subject(regression, short=True)}, "
                 "3 hours either side of the change"
             )
         )
@@ -165,7 +175,7 @@ def opened_message(regression: Mapping[str, Any], public_url: str) -> SlackMessa
     blocks.append(_footer(regression))
     phrase = cost_phrase(regression)
     text = (
-        f"Cache regression: {code(name)} hit rate {before} → {after} since {since}; "
+        f"Cache regression: {subject(regression)} hit rate {before} → {after} since {since}; "
         f"likely cause: {cause_label(regression)}"
         + (f"; it {phrase}" if phrase else "")
         + f". {link(url, 'Dashboard')}"
@@ -176,18 +186,23 @@ def opened_message(regression: Mapping[str, Any], public_url: str) -> SlackMessa
 def resolved_message(regression: Mapping[str, Any], public_url: str) -> SlackMessage:
     """Shorter: the team already has the details from the opening message."""
     before, after = _drop(regression)
-    name = _name(regression)
     url = dashboard_url(public_url, regression)
     summary = (
         f"The drop from {before} to {after} that began {when(str(regression['change_ts']))} "
         f"({cause_label(regression)}) {_resolution(regression) or 'recovered'}."
     )
     blocks: list[Block] = [
-        _header("Resolved: ", name, " hit rate recovered"),
+        _header_of(
+            (
+                Piece("Resolved: "),
+                *header_pieces(regression, short=True),
+                Piece(" hit rate recovered"),
+            )
+        ),
         SectionBlock(text=_mrkdwn(f"{summary} {link(url, 'Open the dashboard')}")),
         _footer(regression),
     ]
-    text = f"Resolved: {code(name)}. {summary}"
+    text = f"Resolved: {subject(regression, short=True)}. {summary}"
     return SlackMessage(text=text, blocks=tuple(blocks))
 
 
@@ -211,13 +226,13 @@ def digest_message(
         blocks.append(SectionBlock(text=_mrkdwn(f"…and {len(entries) - len(shown)} more.")))
     ids = ", ".join(f"#{r['id']}" for _, r in entries)
     blocks.append(ContextBlock(elements=[_mrkdwn(f"cachewatch · regressions {ids}", FIELD_MAX)]))
-    names = ", ".join(code(name) for name in dict.fromkeys(_name(r) for _, r in entries))
+    names = ", ".join(dict.fromkeys(subject(r, short=True) for _, r in entries))
     return SlackMessage(text=clip_mrkdwn(f"{title}: {names}", MAX_TEXT), blocks=tuple(blocks))
 
 
 def _digest_entry(kind: Kind, regression: Mapping[str, Any], public_url: str) -> str:
     before, after = _drop(regression)
-    name = code(_name(regression))
+    name = subject(regression, short=True)
     dashboard = link(dashboard_url(public_url, regression), "Dashboard")
     since = when(str(regression["change_ts"]))
     if kind == "resolved":
@@ -226,9 +241,11 @@ def _digest_entry(kind: Kind, regression: Mapping[str, Any], public_url: str) ->
             f"{_resolution(regression) or 'recovered'}. {dashboard}"
         )
     resolution, phrase = _resolution(regression), cost_phrase(regression)
+    canary = canary_sentence(regression)
     return (
         f"*Regression* {name}: hit rate {before} → {after} since {since}"
         + (f" ({resolution})" if resolution else "")
+        + (f"\n*Canary:* {canary}" if canary else "")
         + (f"\n*Cost:* the drop {phrase}" if phrase else "")
         + f"\n*Cause:* {cause_sentence(regression)}"
         + f"\n*Change:* {attribution_line(regression)}\n{dashboard}"

@@ -40,7 +40,7 @@ STORED_SCHEMA = {name: chart.CHART_SCHEMA[name] for name in STORED}
 #: A group's rows before they are merged over replicas.
 _KEYS = ["grain_s", "bucket_us", "service", "model", *chart.GROUP_KEYS, "replica"]
 _MINUTE_US = 60 * 1_000_000
-_HOUR_US = 3600 * _MINUTE_US
+_HOUR_US = 60 * _MINUTE_US
 
 
 def _read_columns() -> list[str]:
@@ -112,10 +112,7 @@ def compact(rows: pl.DataFrame, keep: int) -> pl.DataFrame:
         .agg(pl.col("prompt_tokens").sum())
         .sort("prompt_tokens", "group_value", descending=[True, False])
         .with_columns(
-            pl.col("prompt_tokens")
-            .cum_count()
-            .over("hour", "service", "model", "group_by")
-            .alias("rank")
+            pl.int_range(1, pl.len() + 1).over("hour", "service", "model", "group_by").alias("rank")
         )
         .filter(pl.col("rank") <= keep)
         .select("hour", "service", "model", *chart.GROUP_KEYS)

@@ -7,8 +7,8 @@ import polars as pl
 from sqlalchemy.orm import Session
 
 from service.analytics.definitions import SUM_COLUMNS
-from service.detection.changepoints import lasting_drops, separate_episodes
-from service.detection.groups import canaries, explained_by_service, series_from_chart
+from service.detection.changepoints import separate_episodes
+from service.detection.groups import Span, canaries, group_drops, series_from_chart
 from service.detection.series import Series
 from service.models import Regression
 from service.repository import detection as detection_repo
@@ -27,29 +27,33 @@ def detect_groups(
     key: tuple[str, str],
     since_us: int,
     now_us: int,
-    service_changes_us: list[int],
+    service: tuple[Series, list[Span]],
 ) -> list[tuple[Regression, bool]]:
     """The regressions of the groups of `key` (scenario, tenant) that the service's own
-    drops (`service_changes_us`) do not explain, and its canaries."""
+    drops (its series and their spans) do not explain, and its canaries."""
     chosen = watched_groups(session, settings, key, since_us)
     rows = _group_rows(session, settings, key, chosen, since_us)
     if rows.is_empty():
         return []
     found: list[tuple[Regression, bool]] = []
-    tags = {}
+    tags, watched = {}, {}
     for (by, value), part in rows.partition_by(chart.GROUP_KEYS, as_dict=True).items():
         series = series_from_chart(part)
-        if not len(series):
-            continue
         if by == "deploy":
             tags[str(value)] = series
-            continue
-        found += _group_drops(
-            session, settings, key, chart.Group(str(by), str(value)), series, now_us,
-            service_changes_us,
-        )  # fmt: skip
+        else:
+            watched[chart.Group(str(by), str(value))] = series
+    rule = records.rule_of(settings)
     bucket_us = settings.detect_bucket_s * _US
-    for canary in canaries(tags, records.rule_of(settings), bucket_us):
+    reach = records.attribution_reach_us(settings)
+    drops = group_drops(service[0], service[1], watched, rule, bucket_us, reach)
+    for group, group_series in ((g, watched[g]) for g in sorted(drops)):
+        explained = records.explained_by_event(session, settings, *key, group_series)
+        for drop in separate_episodes(drops[group], explained):
+            found.append(
+                records.record_drop(session, settings, key, group_series, drop, now_us, group)
+            )
+    for canary in canaries(tags, rule, bucket_us):
         first = detection_repo.deploy_first_record(
             session, key[0], canary.tag, canary.first_bucket_us
         )
@@ -102,23 +106,3 @@ def _group_rows(
     return chart.coarsen(minutes, grain).select(
         *chart.GROUP_KEYS, "bucket_us", *SUM_COLUMNS, *_COUNTS
     )
-
-
-def _group_drops(
-    session: Session,
-    settings: Settings,
-    key: tuple[str, str],
-    group: chart.Group,
-    series: Series,
-    now_us: int,
-    service_changes_us: list[int],
-) -> list[tuple[Regression, bool]]:
-    drops = lasting_drops(series.hit_rate, series.weight, records.rule_of(settings))
-    explained = records.explained_by_event(session, settings, *key, series)
-    reach = records.attribution_reach_us(settings)
-    found = []
-    for drop in separate_episodes(drops, explained):
-        if explained_by_service(int(series.bucket_us[drop.at]), service_changes_us, reach):
-            continue
-        found.append(records.record_drop(session, settings, key, series, drop, now_us, group))
-    return found

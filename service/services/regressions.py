@@ -37,10 +37,13 @@ def regression_to_json(regression: Regression) -> dict[str, Any]:
         "cause": regression.cause,
         "evidence": regression.evidence,
         "cost": regression.cost,
-        "group": (
-            {"by": regression.group_by, "value": regression.group_value}
-            if regression.group_by
-            else None
-        ),
+        "group": group_json(regression),
         "canary": regression.canary,
     }
+
+
+def group_json(regression: Regression) -> dict[str, str] | None:
+    """Contract section 5's `group`: null for the whole service ('' in the columns)."""
+    if not regression.group_by:
+        return None
+    return {"by": regression.group_by, "value": regression.group_value}

@@ -33,3 +33,13 @@ def test_a_regression_is_shown_with_rfc3339_times(session: Session) -> None:
     (shown,) = (regression_to_json(r) for r in list_regressions(session, None, None, 1))
     assert shown["change_ts"] == "2026-11-23T14:25:00Z"
     assert (shown["status"], shown["resolved_at"]) == ("open", None)
+
+
+def test_a_regression_shows_its_group_null_for_the_whole_service(session: Session) -> None:
+    """Contract section 5's `group` from the columns ('' for none); `canary` null
+    until detection stores one."""
+    add(session, 0)
+    add(session, 1, group_by="scenario", group_value="ticket-summary")
+    shown = [regression_to_json(r) for r in list_regressions(session, None, None, 10)]
+    assert [r["group"] for r in shown] == [{"by": "scenario", "value": "ticket-summary"}, None]
+    assert [r["canary"] for r in shown] == [None, None]
