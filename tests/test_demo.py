@@ -118,6 +118,9 @@ def test_demo_story(
         assert f"deploy `{release}`" in sent
     assert "`system` went from " in sent and "`tools` went from 1 to" in sent
     assert "the change to 4 replicas" in sent
+    # The group regressions name their group; the canary's says how much it served.
+    assert "*Regression* scenario `ticket-summary` of `corporate-assistant/" in sent
+    assert "Deploy `v3.5.0` served 10% of the requests beside `v3.4.2`" in sent
 
 
 def test_the_models_file_prices_every_model_and_gives_the_managed_one_its_rules() -> None:
