@@ -1,23 +1,29 @@
 """`cachewatch demo`: the whole product on the embedded database, end to end.
 
 A corporate assistant (a long system prompt and 14 tools, many users, a daily
-curve) is simulated for four days with three "harmless" releases and their fixes:
-the current time and company name at the top of the system prompt (fixed by moving
+curve) is simulated for four days with three "harmless"
+releases and their fixes: the current time and company name at the top of the
+system prompt (first to a 10% canary, an hour later to everyone; fixed by moving
 that context to the tail), tools gathered from an unordered plugin registry (fixed
 by sorting them), a scale-out to 4 replicas with round-robin (fixed by
-prefix-affinity routing). Beside it, a research assistant on Anthropic's API whose
-users pause about ten minutes between turns ships a release that drops its prompt
-cache TTL from 1 hour to 5 minutes (fixed by asking for the hour again). And one
-problem no release introduces, there from the first minute: the assistant's two
-front ends, its web chat (60% of the sessions) and its API agent (40%), render the
-system prompt with one and two trailing newlines (`RENDERINGS`, the records'
-`scenario`): two cache entries for one prompt, a template drift that no change
-point can find. The demo writes its own models file, so both models have prices
-and every regression a cost. The records are posted to a real server over HTTP as
-a log shipper would; then detection runs, each regression is printed with its
-cause, attribution and cost, then the findings of the four days (worst first, one
-line each: kind, service, segment, share of the prompt tokens, dollars a day, the
-fix), alerts go to Slack (or a local sink), and the dashboard is left served."""
+prefix-affinity routing). Beside its chat it writes ticket summaries (`TICKET_SUMMARY`,
+a scenario with a prompt of its own, about 5% of its prompt tokens), and on the
+first day a release puts the ticket number at the top of that scenario's system
+prompt for a few hours: the service's hit rate moves by a few points, the
+scenario's falls to nothing. Beside it, a research assistant on Anthropic's API
+whose users pause about ten minutes between turns ships a release that drops its
+prompt cache TTL from 1 hour to 5 minutes (fixed by asking for the hour again). And
+one problem no release introduces, there from the first minute: the assistant's two
+chat front ends, its web chat (60% of the chat sessions) and its API agent (40%),
+render the system prompt with one and two trailing newlines (`RENDERINGS`, the
+records' `scenario`): two cache entries for one prompt, a template drift that no
+change point can find. The demo writes its own models file, so both models have
+prices and every regression a cost. The records are posted to a real server over
+HTTP as a log shipper would; then detection runs, each regression is printed with
+its group (a scenario, a tenant, a canary), cause, attribution and cost, then the
+findings of the four days (worst first, one line each: kind, service, segment,
+share of the prompt tokens, dollars a day, the fix), alerts go to Slack (or a local
+sink), and the dashboard is left served."""
 
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ import os
 import socket
 import subprocess
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +51,7 @@ from service.simulate import (
     CanonicalTools,
     Change,
     DailyCurve,
+    Deploy,
     DynamicSystemPrefix,
     LengthDist,
     PromptStructure,
@@ -53,10 +61,12 @@ from service.simulate import (
     Scenario,
     Service,
     ShuffledTools,
+    SimulationResult,
     StaticSystemPrefix,
     post_events,
     post_records,
     simulate,
+    token_counts,
 )
 from service.simulate.builders import ttl_release_story
 from service.simulate.scenario import CACHE_TTL_S, DAY_S, DEFAULT_CACHE_TTL, DEFAULT_START
@@ -65,6 +75,7 @@ from service.slack_sink import SlackSink, message_headline, start_slack_sink
 HOUR_S = 3600.0
 SERVICE = "corporate-assistant"
 MODEL = "acme-chat-70b"
+RESEARCH = "research-assistant"
 #: The corporate assistant's two front ends, from the first minute: the web chat
 #: renders the system prompt with one trailing newline, the API agent with two (one
 #: token more). Same prompt, two cache entries: a template drift no release made.
@@ -72,6 +83,23 @@ RENDERINGS = (
     Rendering("web-chat", 0.6),
     Rendering("api-agent", 0.4, system_extra_tokens=1),
 )
+#: Its ticket summaries, beside the chat: one request each, long instructions and an
+#: output schema, then the ticket. 1.0 against the chat's 0.6 + 0.4: half the
+#: sessions, about 5% of the prompt tokens (a chat session is seven growing turns).
+TICKET_SUMMARY = Rendering(
+    "ticket-summary",
+    1.0,
+    prompt=PromptStructure(
+        system_tokens=2_400,
+        response_format_tokens=350,
+        query=LengthDist(900, 0.5, 50, 6_000),
+        reply=LengthDist(180, 0.4, 20, 1_000),
+        turns_mean=1.0,
+        max_turns=1,
+    ),
+)
+#: The share of the requests release v3.5.0 goes to first, an hour before all of them.
+CANARY_SHARE = 0.1
 #: USD per million tokens (input, cache read, 5-minute cache write): Anthropic's
 #: list prices for Claude Sonnet 4.5, 2025-12. Both demo models are priced so.
 PRICES = (3.00, 0.30, 3.75)
@@ -79,8 +107,9 @@ PRICES = (3.00, 0.30, 3.75)
 
 def demo_scenario(seed: int = 7, peak_rate: float = 0.8) -> Scenario:
     """Four working days; one release of the corporate assistant a day at 10:00
-    and its fix at 15:00; on the last day the research assistant's TTL release at
-    12:00 and its fix at 16:00."""
+    and its fix at 15:00 (the first day's only for the ticket summaries, from 11:00;
+    the second day's to a 10% canary at 10:00, to everyone at 11:00); on the last
+    day the research assistant's TTL release at 12:00 and its fix at 16:00."""
     prompt = PromptStructure(
         system_tokens=1_200,
         tool_tokens=(60, 75, 50, 80, 45, 70, 65, 55, 60, 75, 50, 70, 40, 65),
@@ -104,21 +133,40 @@ def demo_scenario(seed: int = 7, peak_rate: float = 0.8) -> Scenario:
         block_size=256,
         cache_key="session",
         deploy="v3.4.0",
-        renderings=RENDERINGS,
+        renderings=(*RENDERINGS, TICKET_SUMMARY),
     )
 
     def at(day: int, hour: float) -> float:
         return day * DAY_S + hour * HOUR_S
 
-    research, research_timeline = ttl_release_story(at(3, 12), at(3, 16))
+    research, research_timeline = ttl_release_story(at(3, 12), at(3, 16), name=RESEARCH)
+    greeting = "greet users with the current time and company name"
     timeline = (
+        Change(
+            at(0, 11),
+            SERVICE,
+            DynamicSystemPrefix("request"),
+            deploy="v3.4.1",
+            description="ticket summaries: name the ticket first",
+            scenario=TICKET_SUMMARY.scenario,
+        ),
+        Change(
+            at(0, 15),
+            SERVICE,
+            StaticSystemPrefix(),
+            deploy="v3.4.2",
+            description="ticket summaries: the ticket number goes with the ticket",
+            scenario=TICKET_SUMMARY.scenario,
+        ),
         Change(
             at(1, 10),
             SERVICE,
             DynamicSystemPrefix("time"),
             deploy="v3.5.0",
-            description="greet users with the current time and company name",
+            description=greeting,
+            share=CANARY_SHARE,
         ),
+        Change(at(1, 11), SERVICE, Deploy(), deploy="v3.5.0", description=greeting),
         Change(
             at(1, 15),
             SERVICE,
@@ -245,6 +293,10 @@ def run_demo(folder: Path, port: int, keep_serving: bool = True) -> list[dict[st
             f"{len(result.events)} posted change events ({_since(started)})",
             flush=True,
         )
+        for spec in scenario.services:
+            line = groups_line(result, spec.name)
+            if line is not None:
+                print(line, flush=True)
         post_events(server.url, ingest, result.events)
         stats = post_records(server.url, ingest, result.records, batch_size=2_000)
         print(
@@ -317,6 +369,40 @@ def _deliver_alerts(env: dict[str, str], sink: SlackSink | None) -> None:
         print(f"  > {message_headline(payload)}", flush=True)
 
 
+def groups_line(result: SimulationResult, service: str) -> str | None:
+    """The groups of one service's traffic: each scenario's share of its prompt
+    tokens, and how many tenants it served; None when it has neither."""
+    tokens: Counter[str] = Counter()
+    tenants: set[str] = set()
+    for record in result.records:
+        if record["service"] == service:
+            if "scenario" in record:
+                tokens[record["scenario"]] += token_counts(record)[0]
+            if "tenant" in record:
+                tenants.add(record["tenant"])
+    parts = []
+    if tokens:
+        total = sum(tokens.values())
+        shares = ", ".join(f"{name} {pct(n / total)}" for name, n in tokens.most_common())
+        parts.append(f"scenarios {shares} of prompt tokens")
+    if tenants:
+        parts.append(f"{len(tenants):,} tenants")
+    return f"{service}: {'; '.join(parts)}" if parts else None
+
+
+def subject(r: dict[str, Any]) -> str:
+    """Whom a regression is about: the whole service, one of its scenarios or
+    tenants, or a canary (its newer deploy tag)."""
+    group = r.get("group")
+    if not isinstance(group, dict):
+        return str(r["service"])
+    if group["by"] != "deploy":
+        return f"{group['by']} `{group['value']}` of {r['service']}"
+    canary = r.get("canary")
+    share = f" ({pct(canary['share'])} of requests)" if isinstance(canary, dict) else ""
+    return f"canary deploy {group['value']} of {r['service']}{share}"
+
+
 def _print_regression(r: dict[str, Any]) -> None:
     before, after = r["before"], r["after"]
     attribution = r["attributed_to"]
@@ -328,7 +414,7 @@ def _print_regression(r: dict[str, Any]) -> None:
     else:
         source = "no change event nearby"
     print(
-        f"- {r['change_ts']}  {r['service']}  hit rate {before['hit_rate']:.0%} -> "
+        f"- {r['change_ts']}  {subject(r)}  hit rate {before['hit_rate']:.0%} -> "
         f"{after['hit_rate']:.0%}  cause {r['cause']}  after {source}  [{r['status']}]"
     )
     print(f"    {cost_line(r) or f'cost: {NO_PRICES}'}")

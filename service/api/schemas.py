@@ -163,6 +163,8 @@ class RegressionOut(BaseModel):
     cause: str
     evidence: list[str]
     cost: Cost | None
+    group: dict[str, str] | None = None
+    canary: dict[str, Any] | None = None
 
 
 class CapacityPoint(BaseModel):

@@ -52,6 +52,7 @@ from service.simulate.scenario import (
     Service,
     ShuffledTools,
     StaticSystemPrefix,
+    Tenants,
     TrafficMultiplier,
 )
 
@@ -87,6 +88,7 @@ __all__ = [
     "ShuffledTools",
     "SimulationResult",
     "StaticSystemPrefix",
+    "Tenants",
     "TrafficMultiplier",
     "corporate_assistant_week",
     "detection_week",

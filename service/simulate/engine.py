@@ -21,22 +21,18 @@ from service.ingest.records import UsageRecordIn
 from service.simulate.cache import ReplicaCache, key_hash
 from service.simulate.managed import PromptCache, anthropic_usage
 from service.simulate.prompt import EMPTY, Hashed, Piece, hash_prompt, mix64
+from service.simulate.releases import PromptMode, Release, check_rollouts
 from service.simulate.scenario import (
     CACHE_TTL_S,
-    AppendOnlyHistory,
+    PROMPT_ACTIONS,
     CacheTtl,
-    CanonicalTools,
     Change,
-    Deploy,
-    DynamicSystemPrefix,
     Fanout,
-    HistoryRewrite,
     KvBudget,
     Routing,
     ScaleReplicas,
     Scenario,
-    ShuffledTools,
-    StaticSystemPrefix,
+    Service,
     TrafficMultiplier,
 )
 from service.simulate.state import Segment, ServiceState, message
@@ -89,6 +85,7 @@ class _Session:
     last: Hashed  # the previous turn's prompt, base of incremental hashing
     last_turn_start: int = 0  # index in `history` of the last exchange's first piece
     rendering: int = 0  # which of the service's renderings its prompts take
+    tenant: str | None = None
 
 
 class Engine:
@@ -104,6 +101,9 @@ class Engine:
         self.by_name = {s.name: s for s in self.services}
         for change in scenario.timeline:
             _check_change(change, self.by_name)
+        ordered = sorted(scenario.timeline, key=lambda c: c.at_s)
+        for spec in scenario.services:
+            check_rollouts(spec.name, spec.deploy, [c for c in ordered if c.service == spec.name])
         self.prompt_caches = _prompt_caches(scenario)
         self._uid_salt = mix64(self.seed ^ 0x5EED)
         self._uid_counter = 0
@@ -133,7 +133,7 @@ class Engine:
                 if c.service == spec.name and isinstance(c.action, TrafficMultiplier)
             )
             rng = np.random.default_rng([self.seed, state.index, 0xA771])
-            sessions_rate = spec.peak_rate / max(spec.prompt.turns_mean, 1.0)
+            sessions_rate = spec.peak_rate / _turns_per_session(spec)
             t = poisson_arrivals(rng, sc.duration_s, sessions_rate, spec.curve, sc.start, steps)
             times.append(t)
             owners.append(np.full(len(t), state.index, dtype=np.int64))
@@ -187,22 +187,38 @@ class Engine:
             key_str = sid
         elif spec.cache_key == "user":
             key_str = f"{state.name}-u{user}"
-        turns = geometric(rnd, spec.prompt.turns_mean, spec.prompt.max_turns)
-        key = key_hash(key_str) if key_str is not None else None
+        # The rendering and the tenant come from streams of their own.
         rendering = state.draw_rendering()
-        return _Session(sid, user, key, key_str, turns, [], [], EMPTY, rendering=rendering)
+        prompt = state.prompt_of(rendering)
+        turns = geometric(rnd, prompt.turns_mean, prompt.max_turns)
+        key = key_hash(key_str) if key_str is not None else None
+        return _Session(
+            sid,
+            user,
+            key,
+            key_str,
+            turns,
+            [],
+            [],
+            EMPTY,
+            rendering=rendering,
+            tenant=state.draw_tenant(),
+        )
 
     def _turn(self, state: ServiceState, session: _Session, t: float) -> Record:
         """One turn of a session: its prompt is built and served, the exchange is
         appended to the session's history, and what follows is scheduled (the
         fanned-out calls and the next turn start when this one ends)."""
-        hashed, segments, query = self._turn_prompt(state, session, t)
-        completion = sample_length(state.normals, state.spec.prompt.reply)
-        record, latency_s = self._serve(state, t, hashed, session.key, completion, segments)
+        release = state.releases.pick()
+        hashed, segments, query = self._turn_prompt(state, session, t, release)
+        completion = sample_length(state.normals, state.prompt_of(session.rendering).reply)
+        record, latency_s = self._serve(
+            state, t, hashed, session.key, completion, segments, release.tag
+        )
         record["session_id"] = session.sid
         if session.key_str is not None:
             record["cache_key"] = session.key_str
-        _tag_scenario(state, session, record)
+        _tag_groups(state, session, record)
         self._extend_history(state, session, query, completion)
         session.turns_left -= 1
         end = t + latency_s
@@ -211,17 +227,20 @@ class Engine:
         return record
 
     def _turn_prompt(
-        self, state: ServiceState, session: _Session, t: float
+        self, state: ServiceState, session: _Session, t: float, release: Release
     ) -> tuple[Hashed, list[Segment], Piece]:
         """The turn's prompt (static start, user context, the history it carries, a
-        new query), hashed from the session's previous prompt when there is one (the
-        shared start is not hashed again), its listed segments, and the query."""
+        new query) as the release serving it builds it, hashed from the session's
+        previous prompt when there is one (the shared start is not hashed again),
+        its listed segments, and the query."""
+        mode = release.modes[session.rendering]
         static_pieces, static_segments, base = state.static(
-            self.start_epoch + t, session.user, session.rendering
+            self.start_epoch + t, session.user, session.rendering, mode
         )
-        user_pieces, user_segments = state.user_context(session.user)
-        query: Piece = (self._uid(), sample_length(state.normals, state.spec.prompt.query))
-        history, history_segments = self._prompt_history(state, session)
+        user_pieces, user_segments = state.user_context(session.user, session.rendering)
+        prompt = state.prompt_of(session.rendering)
+        query: Piece = (self._uid(), sample_length(state.normals, prompt.query))
+        history, history_segments = self._prompt_history(session, mode)
         if session.last is not EMPTY:
             base = session.last
         pieces = [*static_pieces, *user_pieces, *history, query]
@@ -237,16 +256,16 @@ class Engine:
         return hashed, segments, query
 
     def _prompt_history(
-        self, state: ServiceState, session: _Session
+        self, session: _Session, mode: PromptMode
     ) -> tuple[list[Piece], list[Segment]]:
         """The history the prompt carries and its segments: the session's own
         (append-only), or under HistoryRewrite, once there is an earlier exchange,
         a fresh summary of all but the last exchange followed by that exchange."""
         last_turn = session.last_turn_start
-        if state.rewrite is None or last_turn <= 0:
+        if mode.rewrite is None or last_turn <= 0:
             return session.history, session.history_segments
         earlier = sum(tokens for _, tokens in session.history[:last_turn])
-        summary: Piece = (self._uid(), max(1, round(state.rewrite.summary_ratio * earlier)))
+        summary: Piece = (self._uid(), max(1, round(mode.rewrite.summary_ratio * earlier)))
         history = [summary, *session.history[last_turn:]]
         return history, [message(f"message[{i}]", pc) for i, pc in enumerate(history)]
 
@@ -256,7 +275,7 @@ class Engine:
         """The session's history grows by this turn's query, its tool result (when
         the prompt structure has one) and the reply; the first messages, up to the
         service's `max_message_segments`, are also kept as segments."""
-        tool_result = state.spec.prompt.tool_result
+        tool_result = state.prompt_of(session.rendering).tool_result
         added = [query]
         if tool_result is not None:
             added.append((self._uid(), sample_length(state.normals, tool_result)))
@@ -284,19 +303,21 @@ class Engine:
     def _schedule_next_turn(self, state: ServiceState, session: _Session, end: float) -> None:
         """A session with turns left comes back after a think time."""
         if session.turns_left > 0:
-            think = sample_length(state.normals, state.spec.prompt.think_time_s)
+            think = sample_length(state.normals, state.prompt_of(session.rendering).think_time_s)
             self._push(end + think, _TURN, (state, session))
 
     def _call(self, state: ServiceState, session: _Session, task: list[Any], t: float) -> Record:
         """One of the K parallel calls of a fanned-out task (no session history).
         `task` is [context piece, hashed start shared by the K calls or None]."""
         fan = state.fanout
-        reply_dist = fan.reply if fan is not None else state.spec.prompt.reply
+        reply_dist = fan.reply if fan is not None else state.prompt_of(session.rendering).reply
         call_tokens = fan.call_tokens if fan is not None else 60
+        release = state.releases.pick()
+        mode = release.modes[session.rendering]
         static_pieces, static_segments, base = state.static(
-            self.start_epoch + t, session.user, session.rendering
+            self.start_epoch + t, session.user, session.rendering, mode
         )
-        user_pieces, user_segments = state.user_context(session.user)
+        user_pieces, user_segments = state.user_context(session.user, session.rendering)
         context: Piece = task[0]
         shared = [*static_pieces, *user_pieces, context]
         if task[1] is not None and task[1].pieces == shared:
@@ -313,10 +334,10 @@ class Engine:
             message("message[1]", instruction),
         ]
         completion = sample_length(state.normals, reply_dist)
-        record, _ = self._serve(state, t, hashed, session.key, completion, segments)
+        record, _ = self._serve(state, t, hashed, session.key, completion, segments, release.tag)
         if session.key_str is not None:
             record["cache_key"] = session.key_str
-        _tag_scenario(state, session, record)
+        _tag_groups(state, session, record)
         return record
 
     def _serve(
@@ -327,11 +348,13 @@ class Engine:
         key: int | None,
         completion: int,
         segments: list[Segment],
+        tag: str | None,
     ) -> tuple[Record, float]:
         """Serve one request from the service's replicas, or from its managed
-        provider's prompt cache; returns its record and its latency in seconds."""
+        provider's prompt cache; returns its record (carrying the deploy `tag` of
+        the release that sent it) and its latency in seconds."""
         if state.spec.managed is not None:
-            return self._serve_managed(state, t, hashed, completion, segments)
+            return self._serve_managed(state, t, hashed, completion, segments, tag)
         hashes = hashed.hashes
         replica: ReplicaCache = state.pool.route(hashes, key, t)
         run = replica.hit(hashes, t)
@@ -349,7 +372,7 @@ class Engine:
         record["ttft_ms"] = round(ttft, 2)
         record["latency_ms"] = round(latency, 2)
         record["replica"] = replica.name
-        self._record_tail(state, record, hashes, segments)
+        self._record_tail(state, record, hashes, segments, tag)
         return record, latency / 1000.0
 
     def _serve_managed(
@@ -359,6 +382,7 @@ class Engine:
         hashed: Hashed,
         completion: int,
         segments: list[Segment],
+        tag: str | None,
     ) -> tuple[Record, float]:
         """A request to a managed API: read and written as its prompt cache rules
         say, reported as the provider reports it (its `usage` object), with the
@@ -378,7 +402,7 @@ class Engine:
         record["cache_ttl_s"] = ttl_s
         record["ttft_ms"] = round(ttft, 2)
         record["latency_ms"] = round(latency, 2)
-        self._record_tail(state, record, hashes, segments)
+        self._record_tail(state, record, hashes, segments, tag)
         return record, latency / 1000.0
 
     def _ttft(self, state: ServiceState, prompt: int, cached: int) -> float:
@@ -399,10 +423,15 @@ class Engine:
         }
 
     def _record_tail(
-        self, state: ServiceState, record: Record, hashes: list[int], segments: list[Segment]
+        self,
+        state: ServiceState,
+        record: Record,
+        hashes: list[int],
+        segments: list[Segment],
+        tag: str | None,
     ) -> None:
-        if state.deploy is not None:
-            record["deploy"] = state.deploy
+        if tag is not None:
+            record["deploy"] = tag
         record["block_size"] = state.block_size
         emitted = hashes[:MAX_BLOCK_HASHES]  # a copy: consumers may mutate records
         if self.scenario.hash_format == "hex":
@@ -415,22 +444,12 @@ class Engine:
 
     def _apply(self, change: Change) -> None:
         state = self.by_name[change.service]
-        if change.deploy is not None:
-            state.deploy = change.deploy
         action = change.action
+        if change.deploy is not None or isinstance(action, PROMPT_ACTIONS):
+            named = change.scenario
+            index = None if named is None else state.spec.scenario_index(named)
+            state.releases.apply(change, index)
         match action:
-            case DynamicSystemPrefix():
-                state.dynamic = action
-            case StaticSystemPrefix():
-                state.dynamic = None
-            case ShuffledTools():
-                state.shuffled = True
-            case CanonicalTools():
-                state.shuffled = False
-            case HistoryRewrite():
-                state.rewrite = action
-            case AppendOnlyHistory():
-                state.rewrite = None
             case ScaleReplicas():
                 state.pool.resize(action.replicas)
                 if action.routing is not None:
@@ -443,15 +462,30 @@ class Engine:
                 state.fanout = action if action.k > 1 and action.share > 0 else None
             case CacheTtl():
                 state.ttl = action.ttl
-            case Deploy() | TrafficMultiplier():
-                pass  # a tag only / applied to the arrival process up front
+            case _:
+                pass  # a prompt action (applied above), or traffic (applied up front)
 
 
-def _tag_scenario(state: ServiceState, session: _Session, record: Record) -> None:
-    """A service with renderings: the record names its session's (`scenario`)."""
+def _turns_per_session(spec: Service) -> float:
+    """The mean turns of a session of the service, over its scenarios by their
+    shares: sessions open at peak_rate / this, so that `peak_rate` stays the user
+    turns per second whatever the scenarios' own turns."""
+    own = [r for r in spec.renderings if r.prompt is not None]
+    if not own:
+        return max(spec.prompt.turns_mean, 1.0)
+    total = sum(r.share for r in spec.renderings)
+    return sum(
+        r.share / total * max((r.prompt or spec.prompt).turns_mean, 1.0) for r in spec.renderings
+    )
+
+
+def _tag_groups(state: ServiceState, session: _Session, record: Record) -> None:
+    """The record names its session's `scenario` and `tenant`, when the service has them."""
     scenario = state.scenario_of(session.rendering)
     if scenario is not None:
         record["scenario"] = scenario
+    if session.tenant is not None:
+        record["tenant"] = session.tenant
 
 
 def _check_change(change: Change, services: dict[str, ServiceState]) -> None:
@@ -460,6 +494,8 @@ def _check_change(change: Change, services: dict[str, ServiceState]) -> None:
     state = services.get(change.service)
     if state is None:
         raise ValueError(f"timeline names unknown service {change.service!r}")
+    if change.scenario is not None:
+        state.spec.scenario_index(change.scenario)
     managed = state.spec.managed is not None
     if managed and isinstance(change.action, _REPLICA_ACTIONS):
         raise ValueError(f"{change.service!r} is served by a managed API: it has no replicas")

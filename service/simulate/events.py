@@ -31,14 +31,24 @@ def _budget(tokens: int | None) -> str:
 
 
 def describe(change: Change, kv: int | None, routing: str, replicas: int) -> str:
-    """A human description of a change, given the service's state before it."""
+    """A human description of a change, given the service's state before it: what
+    it does, to which scenario, and to which share of the requests."""
+    text = _describe_action(change, kv, routing, replicas)
+    if change.scenario is not None:
+        text = f"scenario {change.scenario}: {text}"
+    if change.share is not None and change.share < 1.0:
+        text += " (rolled back)" if change.share <= 0.0 else f" ({change.share:.0%} of requests)"
+    return text
+
+
+def _describe_action(change: Change, kv: int | None, routing: str, replicas: int) -> str:
     action = change.action
     match action:
         case Deploy():
             return "release with no serving or prompt change"
         case DynamicSystemPrefix():
-            what = "current time" if action.source == "time" else "user name"
-            return f"system prompt now starts with the {what}"
+            what = {"time": "the current time", "user": "the user name", "request": "a request id"}
+            return f"system prompt now starts with {what[action.source]}"
         case StaticSystemPrefix():
             return "system prompt is static again"
         case ShuffledTools():
@@ -92,25 +102,45 @@ def walk_timeline(scenario: Scenario) -> list[tuple[Change, str]]:
     return out
 
 
+def _rollout_note(change: Change, canary: str | None) -> str | None:
+    """How far a release goes: to a share of the requests (a canary), or to all of
+    them after a canary of the same tag; None for a plain release."""
+    if change.partial and change.share is not None:
+        return f"canary: {change.share:.0%} of requests"
+    if change.deploy == canary and (change.share is None or change.share >= 1.0):
+        return "rolled out to all requests"
+    return None
+
+
 def scenario_events(scenario: Scenario) -> list[ChangeEvent]:
     """Posted events of the timeline, in time order: `deploy` when a change sets
-    a release tag, `config` for routing, KV-budget and cache TTL changes, `replicas` or
-    `note` only when a change asks for posting explicitly. A release's
-    description names only the release (as a deploy tool would), not what it
-    broke; config events say what changed."""
+    a release tag (a canary's at its start, and again when it goes to all the
+    requests; a rollback posts none), `config` for routing, KV-budget and cache TTL
+    changes, `replicas` or `note` only when a change asks for posting explicitly. A
+    release's description names only the release (as a deploy tool would) and how
+    far it goes, not what it broke; config events say what changed."""
     fmt = TsFormatter(scenario.start)
     models = {s.name: s.model for s in scenario.services}
+    canaries: dict[str, str | None] = {}
     events: list[ChangeEvent] = []
     for change, truth in walk_timeline(scenario):
         action = change.action
+        canary = canaries.get(change.service)
+        if change.deploy is not None:
+            canaries[change.service] = change.deploy if change.partial else None
+        rollback = change.share is not None and change.share <= 0.0
         post = change.post
         if post is None:
-            post = change.deploy is not None or isinstance(action, Routing | KvBudget | CacheTtl)
+            tagged = change.deploy is not None and not rollback
+            post = tagged or isinstance(action, Routing | KvBudget | CacheTtl)
         if not post or change.at_s >= scenario.duration_s:
             continue
         if change.deploy is not None:
             kind = "deploy"
             description = change.description or f"release {change.deploy}"
+            note = _rollout_note(change, canary)
+            if note is not None:
+                description = f"{description} ({note})"
         else:
             if isinstance(action, ScaleReplicas):
                 kind = "replicas"

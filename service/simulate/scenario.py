@@ -100,19 +100,28 @@ class PromptStructure:
 
 @dataclass(frozen=True)
 class Rendering:
-    """One way the callers of a service render its prompt, as one `scenario` of its
-    traffic (contract section 1's record field): a web chat and an API client that
-    build the same system prompt with one and two trailing newlines. Each session
-    takes one rendering, drawn by `share` (the shares of a service's renderings are
-    relative weights). A rendering's system prompt is its own text,
-    `system_extra_tokens` longer than the service's `system_tokens`: its `system`
-    segment has a `hash` of its own, and so do the block hashes from the system
-    prompt on (the cache holds one copy of the start per rendering), while its
-    `norm_hash`, the hash of the text as normalized, is the service's one."""
+    """One `scenario` of a service's traffic (contract section 1's record field).
+    Each session takes one, drawn by `share` (the shares of a service's renderings
+    are relative weights of its sessions).
+
+    Without `prompt`, a rendering of the service's own prompt: a web chat and an API
+    client that build the same system prompt with one and two trailing newlines. Its
+    system prompt is its own text, `system_extra_tokens` longer than the service's
+    `system_tokens`: its `system` segment has a `hash` of its own, and so do the
+    block hashes from the system prompt on (the cache holds one copy of the start
+    per rendering), while its `norm_hash`, the hash of the text as normalized, is the
+    service's one.
+
+    With `prompt`, a scenario with a prompt of its own (a `ticket-summary` beside the
+    chat): its own system prompt, tools and response format (its segments' hashes
+    and norm hashes are its own, shared with no other scenario) and its own turns,
+    lengths and think times. The service's session rate is set so that `peak_rate`
+    stays the user turns per second of all its scenarios together."""
 
     scenario: str
     share: float
     system_extra_tokens: int = 0
+    prompt: PromptStructure | None = None
 
     def __post_init__(self) -> None:
         if not self.scenario:
@@ -121,6 +130,41 @@ class Rendering:
             raise ValueError(f"rendering {self.scenario!r}: share must be > 0")
         if self.system_extra_tokens < 0:
             raise ValueError(f"rendering {self.scenario!r}: system_extra_tokens must be >= 0")
+        if self.prompt is not None and self.system_extra_tokens:
+            raise ValueError(
+                f"rendering {self.scenario!r}: a prompt of its own renders no extra tokens"
+            )
+
+
+@dataclass(frozen=True)
+class Tenants:
+    """The customers or workspaces a service's sessions belong to (the records'
+    `tenant`): `count` of them, tenant k (from 1) drawn with weight 1 / k^`zipf_s`
+    (a few big customers, a long tail), or with the given `shares` (relative
+    weights, tenant k taking the k-th; `count` is then unused). Names are `prefix`
+    and k, zero-padded."""
+
+    count: int = 100
+    zipf_s: float = 1.0
+    shares: tuple[float, ...] = ()
+    prefix: str = "tenant-"
+
+    def __post_init__(self) -> None:
+        if not all(w > 0 for w in self.shares):
+            raise ValueError("tenant shares must be > 0")
+        if self.size < 1:
+            raise ValueError("a service needs at least one tenant")
+        if self.zipf_s < 0:
+            raise ValueError("zipf_s must be >= 0")
+
+    @property
+    def size(self) -> int:
+        """How many tenants there are."""
+        return len(self.shares) or self.count
+
+    def name(self, k: int) -> str:
+        """Tenant k's name (k from 1)."""
+        return f"{self.prefix}{k:0{len(str(self.size))}d}"
 
 
 @dataclass(frozen=True)
@@ -141,9 +185,10 @@ class Service:
     managed API when `managed` is set (then `replicas`, `routing`, `kv_tokens`
     and `cache_key` play no part: a managed API routes and caches itself).
 
-    `renderings`: the ways its callers render the prompt, each a `scenario` of its
-    traffic (see `Rendering`); its records then carry `scenario`, and the segments
-    of their static start a `norm_hash`. None: one rendering, no `scenario`."""
+    `renderings`: the scenarios of its traffic, each a rendering of its prompt or a
+    prompt of its own (see `Rendering`); its records then carry `scenario`, and the
+    segments of their static start a `norm_hash`. None: one rendering, no `scenario`.
+    `tenants`: whom its sessions serve (see `Tenants`); None: no `tenant`."""
 
     name: str
     model: str
@@ -162,11 +207,19 @@ class Service:
     max_message_segments: int = 4  # message[i] segments listed per record
     managed: ManagedProvider | None = None
     renderings: tuple[Rendering, ...] = ()
+    tenants: Tenants | None = None
 
     def __post_init__(self) -> None:
         names = [r.scenario for r in self.renderings]
         if len(set(names)) != len(names):
             raise ValueError(f"service {self.name!r}: two renderings name one scenario")
+
+    def scenario_index(self, scenario: str) -> int:
+        """The index of the rendering that names this scenario."""
+        for i, rendering in enumerate(self.renderings):
+            if rendering.scenario == scenario:
+                return i
+        raise ValueError(f"service {self.name!r} has no scenario {scenario!r}")
 
 
 # ---------------------------------------------------------------------------
@@ -181,9 +234,10 @@ class Deploy:
 @dataclass(frozen=True)
 class DynamicSystemPrefix:
     """Something variable at the TOP of the system prompt: the current time
-    (rounded to `granularity_s`) or the user's name."""
+    (rounded to `granularity_s`), the user's name, or an id of the request (a
+    ticket or trace id: new on every request)."""
 
-    source: Literal["time", "user"] = "time"
+    source: Literal["time", "user", "request"] = "time"
     tokens: int = 12
     granularity_s: float = 1.0
 
@@ -284,11 +338,34 @@ Action = (
 )
 
 
+#: The actions that change how prompts are built: the ones a release can roll out to
+#: a share of the traffic, or apply to one scenario only.
+PROMPT_ACTIONS = (
+    Deploy,
+    DynamicSystemPrefix,
+    StaticSystemPrefix,
+    ShuffledTools,
+    CanonicalTools,
+    HistoryRewrite,
+    AppendOnlyHistory,
+)
+
+
 @dataclass(frozen=True)
 class Change:
     """One timeline entry. `deploy` sets the service's release tag from then on.
-    `post`: None means the default (a deploy event when `deploy` is set, else a
-    config event for `Routing`/`KvBudget`/`CacheTtl`, else nothing)."""
+    `post`: None means the default (a deploy event when `deploy` is set, except
+    for a rollback, else a config event for `Routing`/`KvBudget`/`CacheTtl`, else
+    nothing).
+
+    `scenario`: a prompt action for that scenario of the service only (the other
+    scenarios keep their prompts). `share`: a release rolled out to that share of
+    the requests (a canary): they carry `deploy` and the release's prompt, the
+    others keep the tag and prompt they had, side by side in the same minutes. A
+    later change with the same `deploy` and a larger share widens it (its action
+    applies on top), one with share 1 or None rolls it out to all the traffic, one
+    with share 0 rolls it back. A change without `deploy` acts on every tag that
+    serves."""
 
     at_s: float
     service: str
@@ -296,6 +373,26 @@ class Change:
     deploy: str | None = None
     post: bool | None = None
     description: str | None = None
+    scenario: str | None = None
+    share: float | None = None
+
+    def __post_init__(self) -> None:
+        prompt = isinstance(self.action, PROMPT_ACTIONS)
+        if self.scenario is not None and not prompt:
+            raise ValueError("only a prompt change can apply to one scenario")
+        if self.share is None:
+            return
+        if not 0.0 <= self.share <= 1.0:
+            raise ValueError("a rollout share must be within [0, 1]")
+        if self.deploy is None:
+            raise ValueError("a rollout to a share of the traffic needs a deploy tag")
+        if not prompt and self.share < 1.0:
+            raise ValueError("only a prompt change can roll out to a share of the traffic")
+
+    @property
+    def partial(self) -> bool:
+        """A canary: the release serves a share of the traffic, not none, not all."""
+        return self.share is not None and 0.0 < self.share < 1.0
 
 
 @dataclass(frozen=True)
