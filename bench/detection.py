@@ -124,6 +124,7 @@ def _series(y: np.ndarray, w: np.ndarray, bucket_us: int) -> Any:
     tokens = np.maximum(w, 1).astype(np.int64)
     sums = {c: np.zeros(n, np.int64) for c in SUM_COLUMNS}
     sums["prompt_tokens"], sums["cached_tokens"] = tokens, (y * tokens).astype(np.int64)
+    sums["requests"] = np.maximum(tokens // 2000, 1)  # 2,000-token requests
     zeros = np.zeros(n, np.int64)
     return Series(np.arange(n, dtype=np.int64) * bucket_us, sums, zeros, zeros)
 

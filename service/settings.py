@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     # An hour that is over keeps the rollups of at most this many values per (service,
     # model) and group field (the busiest by prompt tokens in that hour): 50,000
     # tenants are not 50,000 series per bucket.
-    group_values_kept: int = Field(100, ge=1)
+    group_values_kept: int = Field(50, ge=1)
     # Slack alerts (service.alerts, docs/alerts.md). The delivery job runs every
     # `alerts_interval_s`; the HTTP timeout must stay well under the lease, or a second
     # worker could take over an alert whose message is still in flight.

@@ -75,18 +75,18 @@ class Span:
         )
 
 
+#: How far a sparse group's change estimate may be from its service's and still be
+#: the same change: most fall within a few buckets, the sparsest within an hour.
+SAME_CHANGE_US = 3600 * 1_000_000
+
+
 def explained_by_service(group: Span, service: list[Span], reach_us: int) -> bool:
-    """A group's drop that a drop of the whole service explains: the group fell while
-    the service was down (its change within `reach_us` before the service's, or
-    during the service's low stretch), or the service fell while the group was down.
-    A sparse group's change point is less precise than its service's: testing the
-    two stretches, not the two instants, keeps one change of the whole service from
-    becoming one regression per group."""
-    return any(
-        other.change_us - reach_us <= group.change_us < other.end_us
-        or group.down_from_us - reach_us <= other.change_us < group.end_us
-        for other in service
-    )
+    """A group's drop that a drop of the whole service explains: the two changes are
+    within max(`reach_us`, SAME_CHANGE_US) of each other. A sparse group's change
+    point is less precise than its service's, hence the hour; a group that falls on
+    its own while the service is still down from an earlier change is its own."""
+    near = max(reach_us, SAME_CHANGE_US)
+    return any(abs(group.change_us - other.change_us) <= near for other in service)
 
 
 def _residual(group: Series, service: Series) -> npt.NDArray[np.float64]:
@@ -108,6 +108,27 @@ def _fell_apart(
 
     fall = level(drop.before.start, drop.before.end) - level(drop.after.start, drop.after.end)
     return fall + _EPSILON >= rule.min_abs / 2
+
+
+#: How many standard errors a group's fall must span (`_stands_out`).
+STANDARD_ERRORS = 3.0
+
+
+def _stands_out(series: Series, drop: Drop) -> bool:
+    """The fall is more than the group's request count lets chance make: at least
+    STANDARD_ERRORS standard errors of a difference of two proportions, each request
+    a hit or not, over the requests before and after. A tenant with a request every
+    other bucket has three buckets below half-way by chance; a scenario whose every
+    request stopped hitting does not."""
+    requests = series.sums["requests"]
+    n_before = float(requests[drop.before.start : drop.before.end].sum())
+    n_after = float(requests[drop.after.start : drop.after.end].sum())
+    if n_before <= 0 or n_after <= 0:
+        return False
+    was, now = drop.before.level, drop.after.level
+    pooled = min(max((was * n_before + now * n_after) / (n_before + n_after), 0.0), 1.0)
+    error = math.sqrt(pooled * (1 - pooled) * (1 / n_before + 1 / n_after))
+    return was - now >= STANDARD_ERRORS * error
 
 
 def moved_apart(group: Series, service: Series, rule: DropRule) -> bool:
@@ -150,6 +171,7 @@ def group_drops(
             drop
             for drop in lasting_drops(series.hit_rate, series.weight, rule)
             if _fell_apart(residual, series.weight, drop, rule)
+            and _stands_out(series, drop)
             and not explained_by_service(Span.of(series, drop, bucket_us), service_spans, reach_us)
         ]
         if drops:

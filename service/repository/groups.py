@@ -8,6 +8,7 @@ from sqlalchemy import Table, func, or_, select
 from sqlalchemy.orm import Session
 
 from service.models import ChartRollup, GroupRollup
+from service.repository.bulk import insert_frame
 from service.rollups.chart import CHART_SCHEMA, Scope
 from service.rollups.groups import STORED, STORED_SCHEMA
 
@@ -50,8 +51,7 @@ def delete_group_rollups(session: Session, from_us: int, to_us: int | None = Non
 
 
 def insert_group_rollups(session: Session, frame: pl.DataFrame) -> None:
-    if not frame.is_empty():
-        session.execute(GROUP_TABLE.insert(), frame.select(STORED).to_dicts())
+    insert_frame(session, GROUP_TABLE, frame, STORED)
 
 
 def first_group_bucket(session: Session, from_us: int) -> int | None:

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from service.analytics.definitions import SUM_COLUMNS, as_sum
 from service.models import ChartRollup
 from service.repository.analytics import PREFIX_TABLE, ROLLUP_TABLE
+from service.repository.bulk import insert_frame
 from service.rollups.chart import CHART_SCHEMA, Scope
 
 CHART_TABLE = cast(Table, ChartRollup.__table__)
@@ -170,8 +171,7 @@ def delete_chart_from(session: Session, grain_s: int, from_us: int | None) -> No
 
 
 def insert_chart(session: Session, frame: pl.DataFrame) -> None:
-    if not frame.is_empty():
-        session.execute(CHART_TABLE.insert(), frame.select(CHART_COLUMNS).to_dicts())
+    insert_frame(session, CHART_TABLE, frame, CHART_COLUMNS)
 
 
 def load_rollups_for_chart(session: Session, from_us: int, to_us: int) -> pl.DataFrame:
