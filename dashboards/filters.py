@@ -1,6 +1,11 @@
-"""The dashboard's view, as held in its URL: service, model, a time range and a
-bucket. Links from Slack alerts carry the same parameters, so they open the same
-view.
+"""The dashboard's view, as held in its URL: service, model, a group, a time range
+and a bucket. Links from Slack alerts carry the same parameters, so they open the
+same view.
+
+A group (contract section 4b) is given as the API gives it, `scenario=`, `tenant=`
+or `deploy=` with its value, one at a time (groups are kept per field, so two at
+once name no series); `groups=` picks the field the groups table lists (default:
+the selected group's field, else `scenario`).
 
 `from`/`to` take the API's forms (RFC 3339 or an epoch number). Without them the
 view is the `range` (default 7 days) ending at the newest data, not at the wall
@@ -12,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 from service.ingest.timestamps import parse_ts_text
+from service.rollups.chart import GROUP_BYS, Group
 
 MINUTE_S = 60
 HOUR_S = 3600
@@ -59,18 +65,52 @@ class RawFilters:
     to: str = ""
     bucket: str = ""
     range: str = ""
+    scenario: str = ""
+    tenant: str = ""
+    deploy: str = ""
+    groups: str = ""
 
     def query(self) -> dict[str, str]:
         """The non-empty parameters, for links that keep the view."""
         pairs = {
             "service": self.service,
             "model": self.model,
+            "scenario": self.scenario,
+            "tenant": self.tenant,
+            "deploy": self.deploy,
             "from": self.from_,
             "to": self.to,
             "bucket": self.bucket,
             "range": self.range,
+            "groups": self.groups,
         }
         return {k: v for k, v in pairs.items() if v}
+
+    def given_groups(self) -> list[Group]:
+        """The group filters given, in GROUP_BYS order."""
+        values = {"scenario": self.scenario, "tenant": self.tenant, "deploy": self.deploy}
+        return [Group(by, values[by]) for by in GROUP_BYS if values[by]]
+
+
+def parse_group(raw: RawFilters) -> Group | None:
+    """The one group the view is filtered to (None: the whole scope)."""
+    given = raw.given_groups()
+    if len(given) > 1:
+        names = " and ".join(f"`{g.by}`" for g in given)
+        raise FilterError(
+            f"{names}: one group at a time (groups are kept per field, so no series "
+            "holds two at once); keep one of `scenario`, `tenant` and `deploy`"
+        )
+    return given[0] if given else None
+
+
+def parse_groups_by(raw: RawFilters, group: Group | None) -> str:
+    """The field the groups table lists."""
+    if not raw.groups:
+        return group.by if group is not None else GROUP_BYS[0]
+    if raw.groups not in GROUP_BYS:
+        raise FilterError("`groups`: one of " + ", ".join(f"`{b}`" for b in GROUP_BYS))
+    return raw.groups
 
 
 @dataclass(frozen=True)
@@ -84,6 +124,10 @@ class View:
     bucket_s: int
     #: The bucket asked for when it was raised to keep <= MAX_POINTS points.
     bucket_raised_from_s: int | None
+    #: Only this group's records in the headline and time series (None: all).
+    group: Group | None = None
+    #: The group field the groups table lists.
+    groups_by: str = GROUP_BYS[0]
 
     @property
     def span_us(self) -> int:
@@ -113,6 +157,8 @@ def auto_bucket(span_s: int, target_points: int = AUTO_POINTS) -> int:
 def resolve(raw: RawFilters, newest_us: int | None, now_us: int) -> View:
     """Turn the URL's parameters into a view. `newest_us` is the start of the newest
     data bucket (None without data): it anchors ranges given without `to`."""
+    group = parse_group(raw)
+    groups_by = parse_groups_by(raw, group)
     from_us = parse_time("from", raw.from_) if raw.from_ else None
     to_us = parse_time("to", raw.to) if raw.to else None
     range_s = parse_duration("range", raw.range) if raw.range else DEFAULT_RANGE_S
@@ -147,6 +193,8 @@ def resolve(raw: RawFilters, newest_us: int | None, now_us: int) -> View:
         to_us=to_us,
         bucket_s=bucket_s,
         bucket_raised_from_s=raised_from if raised_from != bucket_s else None,
+        group=group,
+        groups_by=groups_by,
     )
 
 
