@@ -126,7 +126,8 @@ def tags_figure(tags: DeployTags, view: View) -> go.Figure:
     marks = markers(tags, view)
     if marks.events:
         figure.add_trace(event_points(marks))
-    figure.update_layout(yaxis={"range": [0, 1.08], "tickformat": ".0%", "title": "hit rate"})
+    # A little below 0: a broken canary's line at 0% stays clear of the axis.
+    figure.update_layout(yaxis={"range": [-0.03, 1.08], "tickformat": ".0%", "title": "hit rate"})
     apply_markers(figure, marks, labels=False)
     return figure
 

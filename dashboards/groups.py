@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from dashboards.canary import MAX_TAGS, tags_payload
 from dashboards.data import MAX_EVENTS, Context
 from dashboards.filters import DAY_S, US, auto_bucket, format_duration
+from dashboards.page import scope_words
 from service.alerts.money import usd
 from service.rfc3339 import us_to_rfc3339
 from service.rollups.chart import GROUP_BYS, Group
@@ -78,13 +79,6 @@ def group_row(entry: dict[str, Any], spark: list[float | None]) -> dict[str, Any
         "waste": usd(entry["wasted_usd"]),
         "spark": spark,
     }
-
-
-def scope_words(service: str | None, model: str | None) -> str:
-    """`assistant · acme-70b`, `assistant · all models`, `all services`."""
-    if service is None and model is None:
-        return "all services"
-    return f"{service or 'all services'} · {model or 'all models'}"
 
 
 def table_words(

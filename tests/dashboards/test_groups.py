@@ -5,7 +5,6 @@ sparkline equal to the group's hit rate per bucket, and the deploy tags side by
 side when a canary serves beside the older tag (absent with one tag). Traffic is
 posted to the real app (in-process) and caught up by the analytics pass."""
 
-import random
 from typing import Any
 
 import orjson
@@ -19,29 +18,10 @@ from service.alerts.money import usd
 from service.ingest.timestamps import parse_ts_text
 from service.rfc3339 import us_to_rfc3339
 from service.rollups.chart import Group
-from tests.dashboards.helpers import records
+from tests.dashboards.helpers import CANARY_FROM, SPAN_S, T0, grouped, records
 
-T0 = 1_764_399_600  # a whole hour
 US = 1_000_000
-SPAN_S = 4 * 3600
-CANARY_FROM = T0 + 3 * 3600
 VIEW = {"from": us_to_rfc3339(T0 * US), "to": us_to_rfc3339((T0 + SPAN_S) * US), "bucket": "5m"}
-SCENARIOS = ("chat", "chat", "chat", "summary", "search")
-
-
-def grouped(n: int, *, canary: bool, seed: int = 0) -> list[dict[str, Any]]:
-    """Records of service `svc` (model m, priced) with a scenario and a tenant each;
-    all on deploy v1, except (with `canary`) a tenth of the last hour's on v2, whose
-    prompts lost their prefix (nothing cached)."""
-    rnd = random.Random(seed)
-    out = records(n, T0, SPAN_S, service="svc", seed=seed)
-    for i, r in enumerate(out):
-        r["scenario"] = SCENARIOS[i % len(SCENARIOS)]
-        r["tenant"] = f"tenant-{i % 4}"
-        if canary and r["ts"] >= CANARY_FROM and rnd.random() < 0.1:
-            r["deploy"] = "v2"
-            r["cached_tokens"] = 0
-    return out
 
 
 def post(client: TestClient, headers: dict[str, str], rows: list[dict[str, Any]]) -> None:
