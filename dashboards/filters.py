@@ -2,10 +2,11 @@
 and a bucket. Links from Slack alerts carry the same parameters, so they open the
 same view.
 
-A group (contract section 4b) is given as the API gives it, `scenario=`, `tenant=`
-or `deploy=` with its value, one at a time (groups are kept per field, so two at
-once name no series); `groups=` picks the field the groups table lists (default:
-the selected group's field, else `scenario`).
+A group (contract section 4b) is `group_by=` (`scenario`, `tenant` or `deploy`) and
+`group_value=`, as the alerts' links give it (`service.alerts.links`): one group at
+a time, since groups are kept per field and no series holds two at once. A field
+without a value selects no group. `groups=` picks the field the groups table lists
+(default: the selected field, else `scenario`).
 
 `from`/`to` take the API's forms (RFC 3339 or an epoch number). Without them the
 view is the `range` (default 7 days) ending at the newest data, not at the wall
@@ -65,9 +66,8 @@ class RawFilters:
     to: str = ""
     bucket: str = ""
     range: str = ""
-    scenario: str = ""
-    tenant: str = ""
-    deploy: str = ""
+    group_by: str = ""
+    group_value: str = ""
     groups: str = ""
 
     def query(self) -> dict[str, str]:
@@ -75,9 +75,8 @@ class RawFilters:
         pairs = {
             "service": self.service,
             "model": self.model,
-            "scenario": self.scenario,
-            "tenant": self.tenant,
-            "deploy": self.deploy,
+            "group_by": self.group_by,
+            "group_value": self.group_value,
             "from": self.from_,
             "to": self.to,
             "bucket": self.bucket,
@@ -86,31 +85,24 @@ class RawFilters:
         }
         return {k: v for k, v in pairs.items() if v}
 
-    def given_groups(self) -> list[Group]:
-        """The group filters given, in GROUP_BYS order."""
-        values = {"scenario": self.scenario, "tenant": self.tenant, "deploy": self.deploy}
-        return [Group(by, values[by]) for by in GROUP_BYS if values[by]]
+
+_FIELDS = ", ".join(f"`{b}`" for b in GROUP_BYS)
 
 
 def parse_group(raw: RawFilters) -> Group | None:
     """The one group the view is filtered to (None: the whole scope)."""
-    given = raw.given_groups()
-    if len(given) > 1:
-        names = " and ".join(f"`{g.by}`" for g in given)
-        raise FilterError(
-            f"{names}: one group at a time (groups are kept per field, so no series "
-            "holds two at once); keep one of `scenario`, `tenant` and `deploy`"
-        )
-    return given[0] if given else None
+    if raw.group_by and raw.group_by not in GROUP_BYS:
+        raise FilterError(f"`group_by`: one of {_FIELDS} (one group at a time)")
+    if raw.group_value and not raw.group_by:
+        raise FilterError(f"`group_value` needs `group_by`, the field it is a value of: {_FIELDS}")
+    return Group(raw.group_by, raw.group_value) if raw.group_value else None
 
 
-def parse_groups_by(raw: RawFilters, group: Group | None) -> str:
-    """The field the groups table lists."""
-    if not raw.groups:
-        return group.by if group is not None else GROUP_BYS[0]
-    if raw.groups not in GROUP_BYS:
-        raise FilterError("`groups`: one of " + ", ".join(f"`{b}`" for b in GROUP_BYS))
-    return raw.groups
+def parse_groups_by(raw: RawFilters) -> str:
+    """The field the groups table lists: `groups`, else the selector's field."""
+    if raw.groups and raw.groups not in GROUP_BYS:
+        raise FilterError(f"`groups`: one of {_FIELDS}")
+    return raw.groups or raw.group_by or GROUP_BYS[0]
 
 
 @dataclass(frozen=True)
@@ -158,7 +150,7 @@ def resolve(raw: RawFilters, newest_us: int | None, now_us: int) -> View:
     """Turn the URL's parameters into a view. `newest_us` is the start of the newest
     data bucket (None without data): it anchors ranges given without `to`."""
     group = parse_group(raw)
-    groups_by = parse_groups_by(raw, group)
+    groups_by = parse_groups_by(raw)
     from_us = parse_time("from", raw.from_) if raw.from_ else None
     to_us = parse_time("to", raw.to) if raw.to else None
     range_s = parse_duration("range", raw.range) if raw.range else DEFAULT_RANGE_S

@@ -63,8 +63,7 @@ def _group_of(filters: RawFilters) -> tuple[Group | None, str]:
     """The selected group and the groups table's field (defaults for parameters the
     page refused: it then renders without them)."""
     try:
-        group = parse_group(filters)
-        return group, parse_groups_by(filters, group)
+        return parse_group(filters), parse_groups_by(filters)
     except FilterError:
         return None, GROUP_BYS[0]
 
@@ -106,7 +105,7 @@ def render_dashboard(
         "group": group,
         "group_bys": GROUP_BYS,
         "groups_by": groups_by,
-        "query_no_group": _query_without(filters, *GROUP_BYS),
+        "query_no_group": _query_without(filters, "group_by", "group_value"),
         "group_tabs": [(by, _query_without(filters, "groups", groups=by)) for by in GROUP_BYS],
         "scope": scope_words(filters.service or None, filters.model or None),
     }

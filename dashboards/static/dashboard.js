@@ -13,7 +13,6 @@
   const timePanels = ["hit_rate", "cost", "rewarms", "ttft", "replicas"];
   // Zoomed together: the time panels and the deploy tags' panel.
   const zoomPanels = [...timePanels, "canary"];
-  const groupFields = ["scenario", "tenant", "deploy"];
   const svgNS = "http://www.w3.org/2000/svg";
   let syncing = false;
   // This script runs before plotly.js is parsed (see the template): the data
@@ -344,10 +343,7 @@
   }
 
   function selectGroupHref(by, value) {
-    const changes = { groups: by };
-    for (const field of groupFields) changes[field] = null;
-    changes[by] = value;
-    return viewHref(changes);
+    return viewHref({ group_by: by, group_value: value, groups: by });
   }
 
   // A small inline SVG of hit rates (0..1) per bucket, the line broken where a value
@@ -474,21 +470,17 @@
     });
   }
 
-  // The selector: a field (none, scenario, tenant, deploy), then a value; the value
-  // field is named after the field, so the form puts `scenario=...` in the URL.
+  // The selector: a field (none, scenario, tenant, deploy), then a value: the form
+  // puts `group_by=...&group_value=...` in the URL, as the alerts' links do.
   const groupBy = document.getElementById("group-by");
   const groupValue = document.getElementById("group-value");
   groupBy.addEventListener("change", async () => {
     const field = groupBy.value;
+    groupValue.value = "";
     if (!field) {
-      groupValue.removeAttribute("name");
-      groupValue.value = "";
       groupValue.form.requestSubmit();
       return;
     }
-    groupValue.name = field;
-    groupValue.disabled = false;
-    groupValue.value = "";
     document.getElementById("group-value-label").hidden = false;
     groupValue.focus();
     try {
@@ -499,7 +491,7 @@
     }
   });
   groupValue.addEventListener("change", () => {
-    if (groupValue.value.trim() && groupValue.name) groupValue.form.requestSubmit();
+    if (groupValue.value && groupBy.value) groupValue.form.requestSubmit();
   });
 
   async function loadAll() {

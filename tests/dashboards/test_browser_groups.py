@@ -115,9 +115,10 @@ def test_a_value_clicked_in_the_table_becomes_the_views_group(
 
     # Clicking a value selects it: in the URL, and in every time panel.
     summary.locator("a").click()
-    page.wait_for_url(lambda url: "scenario=summary" in url)
+    page.wait_for_url(lambda url: "group_value=summary" in url)
     watched.drawn()
-    assert params_of(page.url) == {**VIEW, "scenario": "summary", "groups": "scenario"}
+    selected = {"group_by": "scenario", "group_value": "summary"}
+    assert params_of(page.url) == {**VIEW, **selected, "groups": "scenario"}
     metrics = fetch(page, "/v1/metrics", scenario="summary", **VIEW)["buckets"]
     drawn = watched.figures()
     assert drawn["hit_rate"]["traces"][0]["y"] == [round(b["hit_rate"], 4) for b in metrics]
@@ -148,14 +149,14 @@ def test_a_value_clicked_in_the_table_becomes_the_views_group(
 
     # "none" in the selector: back to every request, the tab kept.
     page.select_option("#group-by", "")
-    page.wait_for_url(lambda url: "scenario=" not in url)
+    page.wait_for_url(lambda url: "group_by=" not in url)
     watched.drawn()
     assert params_of(page.url) == {**VIEW, "groups": "tenant"}
     assert hit_rates(watched) == whole
     assert watched.errors == [] and watched.dialogs == []
 
 
-def test_the_selector_takes_a_typed_value_and_refuses_two_groups(
+def test_the_selector_takes_a_typed_value_and_refuses_a_value_without_a_field(
     server: str, watched: Watched
 ) -> None:
     page = watched.page
@@ -164,16 +165,16 @@ def test_the_selector_takes_a_typed_value_and_refuses_two_groups(
     page.select_option("#group-by", "deploy")
     page.fill("#group-value", "v2")
     page.press("#group-value", "Enter")
-    page.wait_for_url(lambda url: "deploy=v2" in url)
+    page.wait_for_url(lambda url: "group_by=deploy&group_value=v2" in url)
     watched.drawn()
     metrics = fetch(page, "/v1/metrics", deploy="v2", **VIEW)["buckets"]
     assert hit_rates(watched) == [round(b["hit_rate"], 4) for b in metrics]
     assert set(hit_rates(watched)) == {0.0}  # the broken canary, alone
     assert watched.errors == [] and watched.dialogs == []
 
-    # Two groups at once: the page says why (400, the browser logs the status).
-    answer = page.goto(server + "/?" + urlencode({**VIEW, "scenario": "chat", "tenant": "x"}))
+    # A value without its field: the page says why (400, the browser logs the status).
+    answer = page.goto(server + "/?" + urlencode({**VIEW, "group_value": "chat"}))
     assert answer is not None and answer.status == 400
-    assert "one group at a time" in (page.text_content(".error") or "")
+    assert "`group_value` needs `group_by`" in (page.text_content(".error") or "")
     watched.drawn()  # the page still draws, with the view's other parameters dropped
     assert [e for e in watched.errors if "status of 400" not in e] == []

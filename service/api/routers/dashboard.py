@@ -50,14 +50,13 @@ from service.settings import Settings
 router = APIRouter(tags=["dashboard"], include_in_schema=False)
 
 COOKIE_MAX_AGE_S = 30 * 86_400
-#: The longest value of each view parameter (the group fields as wide as the
-#: record's fields, as the API's filters).
+#: The longest value of each view parameter (a group's value as wide as the widest
+#: group field of the record).
 _LIMITS = {
     "service": 100,
     "model": 200,
-    "scenario": 100,
-    "tenant": 200,
-    "deploy": 200,
+    "group_by": 20,
+    "group_value": 200,
     "from": 64,
     "to": 64,
     "bucket": 20,
@@ -92,9 +91,8 @@ def raw_filters(request: Request) -> RawFilters:
         to=params.get("to", ""),
         bucket=params.get("bucket", ""),
         range=params.get("range", ""),
-        scenario=params.get("scenario", ""),
-        tenant=params.get("tenant", ""),
-        deploy=params.get("deploy", ""),
+        group_by=params.get("group_by", ""),
+        group_value=params.get("group_value", ""),
         groups=params.get("groups", ""),
     )
 
