@@ -303,6 +303,8 @@ def regression_row(data: dict[str, Any], alert_state: str) -> dict[str, Any]:
         "cause": data["cause"],
         "evidence": [str(line) for line in data["evidence"] or []],
         "alert": alert_state,
+        # A group's regression (contract section 5): {"by", "value"}; null: the service.
+        "group": data.get("group"),
     }
 
 

@@ -210,7 +210,7 @@
       tr.dataset.regressionId = String(r.id);
       cell(tr, "#" + r.id);
       cell(tr, r.change_ts.replace("T", " ").replace("Z", ""));
-      cell(tr, r.service + " · " + r.model);
+      cell(tr, r.service + " · " + r.model + (r.group ? " (" + r.group.by + " " + r.group.value + ")" : ""));
       cell(tr, r.status + (r.resolved_at ? " " + r.resolved_at.replace("T", " ").replace("Z", "") : ""), "status-" + r.status);
       cell(tr, pct(r.hit_rate_before) + " → " + pct(r.hit_rate_after));
       cell(tr, pct(r.cacheable_before) + " → " + pct(r.cacheable_after));

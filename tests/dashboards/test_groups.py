@@ -6,6 +6,7 @@ side when a canary serves beside the older tag (absent with one tag). Traffic is
 posted to the real app (in-process) and caught up by the analytics pass."""
 
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 import pytest
@@ -14,6 +15,7 @@ from fastapi.testclient import TestClient
 from dashboards.filters import FilterError, RawFilters, resolve
 from dashboards.groups import MAX_GROUP_ROWS, spark_bucket_s
 from dashboards.plotting import plot_ts
+from service.alerts.links import dashboard_url
 from service.alerts.money import usd
 from service.ingest.timestamps import parse_ts_text
 from service.rfc3339 import us_to_rfc3339
@@ -265,3 +267,33 @@ def test_a_tag_that_followed_the_older_one_is_no_canary(
     canary = get(priced_client, read_headers, "/dashboard/data/groups", **VIEW)["canary"]
     assert canary["canary"] == "v2" and canary["older"] is None
     assert "no canary ran in this range" in canary["sub"]
+
+
+def test_an_alerts_link_opens_the_view_of_its_group(reader: TestClient) -> None:
+    """A group regression's Slack link (`service.alerts.links`) carries the group as
+    the selector holds it: the page's data requests show that group."""
+    regression = {
+        "service": "svc",
+        "model": "m",
+        "change_ts": us_to_rfc3339(CANARY_FROM * US),
+        "resolved_at": None,
+        "group": {"by": "deploy", "value": "v2"},
+    }
+    link = urlsplit(dashboard_url("http://cachewatch.example", regression))
+    assert link.path == "/"
+    series = get(reader, {}, "/dashboard/data/series", **dict(parse_qsl(link.query)))
+    assert series["view"]["group"] == {"by": "deploy", "value": "v2"}
+    metrics = get(
+        reader,
+        {},
+        "/v1/metrics",
+        service="svc",
+        deploy="v2",
+        **{
+            "from": series["view"]["from"],
+            "to": series["view"]["to"],
+            "bucket": series["view"]["bucket"],
+        },
+    )
+    assert series["headline"]["current"]["requests"] == metrics["totals"]["requests"] > 0
+    assert reader.get("/?" + link.query).status_code == 200
