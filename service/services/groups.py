@@ -4,8 +4,9 @@ the range (contract sections 4b and 6), most prompt tokens first.
 Each value's figures are the totals `/v1/metrics` answers with that value as its
 filter: the same chart rows (`service.rollups.groups`), the same range (the minutes
 of [from, to)) and the same merge over them (the series path's, as `series.totals_of`
-merges one value's rows), read and merged for every value at once. A value counts only what its rollups kept: an hour that is over keeps
-the busiest `group_values_kept` values of each field (docs/groups.md)."""
+merges one value's rows), read and merged for every value at once. A value counts
+only what its rollups kept: an hour that is over keeps the busiest
+`group_values_kept` values of each field (docs/groups.md)."""
 
 from dataclasses import dataclass
 from typing import Any
