@@ -18,7 +18,9 @@ Then, against a real `cachewatch serve` on that database (public read):
    first view (nothing cached: server answers computed, capacity replayed), then
    per run a cold browser (new context, empty cache; server answers cached) and a
    warm one (reload);
-2. each data request of the page (series, capacity, tables) for several views:
+2. each data request of the page (series, capacity, tables, findings, groups; the
+   bench's rollups hold no group rows, so the groups request is its empty case:
+   bench/dashboard_groups.py times it on grouped traffic) for several views:
    computed (a nonce parameter misses the server's answer cache) and cached, and
    each figure's JSON payload (uncompressed) and the bytes sent (gzip).
 
@@ -439,7 +441,7 @@ def time_requests(url: str, repeat: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with httpx.Client(base_url=url, timeout=120, headers={"Accept-Encoding": "gzip"}) as client:
         for label, query in VIEWS.items():
-            for panel in ("series", "capacity", "tables", "findings"):
+            for panel in ("series", "capacity", "tables", "findings", "groups"):
                 path = f"/dashboard/data/{panel}?{query}"
                 if panel == "capacity":  # the first call may start the replay: let it end
                     for _ in range(300):
@@ -480,6 +482,8 @@ def figure_sizes(payload: dict[str, Any]) -> dict[str, int]:
         return {k: len(orjson.dumps(v)) for k, v in payload["figures"].items() if v}
     if payload.get("figure"):
         return {"capacity": len(orjson.dumps(payload["figure"]))}
+    if (payload.get("canary") or {}).get("figure"):
+        return {"canary": len(orjson.dumps(payload["canary"]["figure"]))}
     return {}
 
 

@@ -1,8 +1,9 @@
 """What each data request of the page answers: the time-series figures with the
-headline, the capacity figure, and the two tables. The numbers come from the
-dashboard's service (`service.services.dashboard`: all read the rollups, except the
-capacity replay which reads a bounded sample of the records); this module draws and
-words them."""
+headline (of the view's group, when one is selected), the capacity figure, the two
+tables and the findings (the groups panels: `dashboards.groups`). The numbers come
+from the dashboard's service (`service.services.dashboard`: all read the rollups,
+except the capacity replay which reads a bounded sample of the records); this
+module draws and words them."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from service.analytics.capacity import REPLAY_MAX_REQUESTS
 from service.analytics.definitions import REWARM_COLUMNS, dollars, ratios
 from service.findings import MISSING_DATA, Finding, FindingsResult
 from service.rfc3339 import us_to_rfc3339
+from service.rollups.chart import Group
 from service.services import dashboard
 from service.services.events import event_to_json
 from service.services.regressions import regression_to_json
@@ -61,7 +63,13 @@ class Context:
         """The view as the service reads it."""
         view = self.view
         return dashboard.Window(
-            view.service, view.model, view.from_us, view.to_us, view.bucket_s, view.previous
+            view.service,
+            view.model,
+            view.from_us,
+            view.to_us,
+            view.bucket_s,
+            view.previous,
+            view.group,
         )
 
 
@@ -99,15 +107,30 @@ def view_json(ctx: Context) -> dict[str, Any]:
             format_duration(view.bucket_raised_from_s) if view.bucket_raised_from_s else None
         ),
         "newest": us_to_rfc3339(newest) if newest is not None else None,
+        "group": {"by": view.group.by, "value": view.group.value} if view.group else None,
+        "groups_by": view.groups_by,
     }
 
 
+def no_records_note(group: Group | None) -> str:
+    """What a panel says without records: of the group, when one is selected (whose
+    finished hours keep it only while it is among the busiest values of its field)."""
+    if group is None:
+        return NO_RECORDS
+    return (
+        f"No usage records of {group.by} `{group.value}` for these filters in this range "
+        "(a finished hour keeps only the busiest values of each field: docs/dashboard.md)."
+    )
+
+
 def series_notes(
-    buckets: Sequence[dict[str, Any]], prices: dashboard.Prices
+    buckets: Sequence[dict[str, Any]], prices: dashboard.Prices, group: Group | None = None
 ) -> dict[str, str | None]:
     """Per panel, what is missing and what to send to get it (None: nothing)."""
     if not any(b["requests"] for b in buckets):
-        return dict.fromkeys(("hit_rate", "rewarms", "ttft", "replicas", "cost"), NO_RECORDS)
+        return dict.fromkeys(
+            ("hit_rate", "rewarms", "ttft", "replicas", "cost"), no_records_note(group)
+        )
     fingerprinted = any(b["fingerprinted_requests"] for b in buckets)
     has_ttft = any(b["ttft_ms"][o]["p50"] is not None for b in buckets for o in ("hit", "miss"))
     total = sum(b["rewarms"]["total"] for b in buckets)
@@ -177,7 +200,7 @@ def series_payload(session: Session, ctx: Context) -> dict[str, Any]:
             name: figure.to_plotly_json() if figure is not None else None
             for name, figure in built.items()
         },
-        "notes": series_notes(buckets, reading.prices),
+        "notes": series_notes(buckets, reading.prices, view.group),
         "events": len(marks.events),
         "regressions": len(marks.spans),
     }
@@ -280,6 +303,8 @@ def regression_row(data: dict[str, Any], alert_state: str) -> dict[str, Any]:
         "cause": data["cause"],
         "evidence": [str(line) for line in data["evidence"] or []],
         "alert": alert_state,
+        # A group's regression (contract section 5): {"by", "value"}; null: the service.
+        "group": data.get("group"),
     }
 
 

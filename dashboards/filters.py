@@ -1,6 +1,12 @@
-"""The dashboard's view, as held in its URL: service, model, a time range and a
-bucket. Links from Slack alerts carry the same parameters, so they open the same
-view.
+"""The dashboard's view, as held in its URL: service, model, a group, a time range
+and a bucket. Links from Slack alerts carry the same parameters, so they open the
+same view.
+
+A group (contract section 4b) is `group_by=` (`scenario`, `tenant` or `deploy`) and
+`group_value=`, as the alerts' links give it (`service.alerts.links`): one group at
+a time, since groups are kept per field and no series holds two at once. A field
+without a value selects no group. `groups=` picks the field the groups table lists
+(default: the selected field, else `scenario`).
 
 `from`/`to` take the API's forms (RFC 3339 or an epoch number). Without them the
 view is the `range` (default 7 days) ending at the newest data, not at the wall
@@ -12,6 +18,7 @@ import re
 from dataclasses import dataclass
 
 from service.ingest.timestamps import parse_ts_text
+from service.rollups.chart import GROUP_BYS, Group
 
 MINUTE_S = 60
 HOUR_S = 3600
@@ -59,18 +66,43 @@ class RawFilters:
     to: str = ""
     bucket: str = ""
     range: str = ""
+    group_by: str = ""
+    group_value: str = ""
+    groups: str = ""
 
     def query(self) -> dict[str, str]:
         """The non-empty parameters, for links that keep the view."""
         pairs = {
             "service": self.service,
             "model": self.model,
+            "group_by": self.group_by,
+            "group_value": self.group_value,
             "from": self.from_,
             "to": self.to,
             "bucket": self.bucket,
             "range": self.range,
+            "groups": self.groups,
         }
         return {k: v for k, v in pairs.items() if v}
+
+
+_FIELDS = ", ".join(f"`{b}`" for b in GROUP_BYS)
+
+
+def parse_group(raw: RawFilters) -> Group | None:
+    """The one group the view is filtered to (None: the whole scope)."""
+    if raw.group_by and raw.group_by not in GROUP_BYS:
+        raise FilterError(f"`group_by`: one of {_FIELDS} (one group at a time)")
+    if raw.group_value and not raw.group_by:
+        raise FilterError(f"`group_value` needs `group_by`, the field it is a value of: {_FIELDS}")
+    return Group(raw.group_by, raw.group_value) if raw.group_value else None
+
+
+def parse_groups_by(raw: RawFilters) -> str:
+    """The field the groups table lists: `groups`, else the selector's field."""
+    if raw.groups and raw.groups not in GROUP_BYS:
+        raise FilterError(f"`groups`: one of {_FIELDS}")
+    return raw.groups or raw.group_by or GROUP_BYS[0]
 
 
 @dataclass(frozen=True)
@@ -84,6 +116,10 @@ class View:
     bucket_s: int
     #: The bucket asked for when it was raised to keep <= MAX_POINTS points.
     bucket_raised_from_s: int | None
+    #: Only this group's records in the headline and time series (None: all).
+    group: Group | None = None
+    #: The group field the groups table lists.
+    groups_by: str = GROUP_BYS[0]
 
     @property
     def span_us(self) -> int:
@@ -113,6 +149,8 @@ def auto_bucket(span_s: int, target_points: int = AUTO_POINTS) -> int:
 def resolve(raw: RawFilters, newest_us: int | None, now_us: int) -> View:
     """Turn the URL's parameters into a view. `newest_us` is the start of the newest
     data bucket (None without data): it anchors ranges given without `to`."""
+    group = parse_group(raw)
+    groups_by = parse_groups_by(raw)
     from_us = parse_time("from", raw.from_) if raw.from_ else None
     to_us = parse_time("to", raw.to) if raw.to else None
     range_s = parse_duration("range", raw.range) if raw.range else DEFAULT_RANGE_S
@@ -147,6 +185,8 @@ def resolve(raw: RawFilters, newest_us: int | None, now_us: int) -> View:
         to_us=to_us,
         bucket_s=bucket_s,
         bucket_raised_from_s=raised_from if raised_from != bucket_s else None,
+        group=group,
+        groups_by=groups_by,
     )
 
 

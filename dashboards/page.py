@@ -12,7 +12,8 @@ from urllib.parse import urlencode
 import plotly
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from dashboards.filters import RawFilters
+from dashboards.filters import FilterError, RawFilters, parse_group, parse_groups_by
+from service.rollups.chart import GROUP_BYS, Group
 
 HERE = Path(__file__).resolve().parent
 STATIC_DIR = HERE / "static"
@@ -58,6 +59,21 @@ def static_url(name: str) -> str:
 _env.globals["static_url"] = static_url
 
 
+def _group_of(filters: RawFilters) -> tuple[Group | None, str]:
+    """The selected group and the groups table's field (defaults for parameters the
+    page refused: it then renders without them)."""
+    try:
+        return parse_group(filters), parse_groups_by(filters)
+    except FilterError:
+        return None, GROUP_BYS[0]
+
+
+def _query_without(filters: RawFilters, *names: str, **changes: str) -> str:
+    """The view's query string without `names`, with `changes` set."""
+    query = {k: v for k, v in filters.query().items() if k not in names}
+    return urlencode({**query, **changes})
+
+
 def render_dashboard(
     *,
     filters: RawFilters,
@@ -69,6 +85,7 @@ def render_dashboard(
 ) -> str:
     services = sorted({s for s, _ in series_keys})
     models = sorted({m for s, m in series_keys if not filters.service or s == filters.service})
+    group, groups_by = _group_of(filters)
     context: dict[str, Any] = {
         "filters": filters,
         "services": services,
@@ -85,8 +102,21 @@ def render_dashboard(
         "public_url": public_url.rstrip("/"),
         "refresh_s": refresh_s,
         "custom_range": bool(filters.from_ or filters.to),
+        "group": group,
+        "group_bys": GROUP_BYS,
+        "groups_by": groups_by,
+        "query_no_group": _query_without(filters, "group_by", "group_value"),
+        "group_tabs": [(by, _query_without(filters, "groups", groups=by)) for by in GROUP_BYS],
+        "scope": scope_words(filters.service or None, filters.model or None),
     }
     return _env.get_template("dashboard.html").render(context)
+
+
+def scope_words(service: str | None, model: str | None) -> str:
+    """`assistant · acme-70b`, `assistant · all models`, `all services`."""
+    if service is None and model is None:
+        return "all services"
+    return f"{service or 'all services'} · {model or 'all models'}"
 
 
 def render_login(*, error: str | None, next_url: str, public_read: bool) -> str:

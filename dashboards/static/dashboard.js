@@ -5,11 +5,15 @@
 
 (function () {
   const body = document.body;
-  const query = body.dataset.query || "";
+  // The view's query string; a groups tab changes it in place (see loadGroups).
+  let query = body.dataset.query || "";
   const refreshMs = Math.max(15, Number(body.dataset.refreshS || 60)) * 1000;
   const live = body.dataset.live === "true";
   const plotConfig = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
   const timePanels = ["hit_rate", "cost", "rewarms", "ttft", "replicas"];
+  // Zoomed together: the time panels and the deploy tags' panel.
+  const zoomPanels = [...timePanels, "canary"];
+  const svgNS = "http://www.w3.org/2000/svg";
   let syncing = false;
   // This script runs before plotly.js is parsed (see the template): the data
   // requests go out while the browser compiles plotly; drawing waits for both.
@@ -83,7 +87,7 @@
     }
     div.classList.remove("empty");
     await Plotly.react(div, figure.data, figure.layout, plotConfig);
-    if (timePanels.includes(name) && !div.dataset.synced) {
+    if (zoomPanels.includes(name) && !div.dataset.synced) {
       div.dataset.synced = "true";
       div.on("plotly_relayout", (change) => syncZoom(name, change));
     }
@@ -101,7 +105,7 @@
     if (!update) return;
     syncing = true;
     // A panel drawn empty (the cost panel without prices) has no axes to move.
-    const others = timePanels
+    const others = zoomPanels
       .filter((n) => n !== source && figureDiv(n).data)
       .map((n) => Plotly.relayout(figureDiv(n), update));
     Promise.all(others).finally(() => { syncing = false; });
@@ -206,7 +210,7 @@
       tr.dataset.regressionId = String(r.id);
       cell(tr, "#" + r.id);
       cell(tr, r.change_ts.replace("T", " ").replace("Z", ""));
-      cell(tr, r.service + " · " + r.model);
+      cell(tr, r.service + " · " + r.model + (r.group ? " (" + r.group.by + " " + r.group.value + ")" : ""));
       cell(tr, r.status + (r.resolved_at ? " " + r.resolved_at.replace("T", " ").replace("Z", "") : ""), "status-" + r.status);
       cell(tr, pct(r.hit_rate_before) + " → " + pct(r.hit_rate_after));
       cell(tr, pct(r.cacheable_before) + " → " + pct(r.cacheable_after));
@@ -325,9 +329,174 @@
     loadMissing(data.missing);
   }
 
+  // --- groups: the table (one row per value, a sparkline each) and the deploy tags ---
+
+  // The view's URL with a group selected (clicking a value) or a table field.
+  function viewHref(changes) {
+    const params = new URLSearchParams(query);
+    for (const [name, value] of Object.entries(changes)) {
+      if (value === null) params.delete(name);
+      else params.set(name, value);
+    }
+    const text = params.toString();
+    return "/" + (text ? "?" + text : "");
+  }
+
+  function selectGroupHref(by, value) {
+    return viewHref({ group_by: by, group_value: value, groups: by });
+  }
+
+  // A small inline SVG of hit rates (0..1) per bucket, the line broken where a value
+  // had no requests; built as SVG elements, never parsed from text.
+  function sparkline(values, bucket) {
+    const width = 160, height = 28, pad = 2;
+    const svg = document.createElementNS(svgNS, "svg");
+    svg.setAttribute("viewBox", "0 0 " + width + " " + height);
+    svg.setAttribute("width", String(width));
+    svg.setAttribute("height", String(height));
+    svg.setAttribute("class", "spark");
+    svg.setAttribute("role", "img");
+    const known = values.filter((v) => v !== null);
+    const title = document.createElementNS(svgNS, "title");
+    title.textContent = "hit rate per " + bucket + (known.length ? ": " + pct(Math.min(...known)) + " to " + pct(Math.max(...known)) : ": no requests");
+    svg.appendChild(title);
+    const step = values.length > 1 ? (width - 2 * pad) / (values.length - 1) : 0;
+    let d = "";
+    let open = false;
+    values.forEach((v, i) => {
+      if (v === null) { open = false; return; }
+      const x = (pad + i * step).toFixed(1);
+      const y = (pad + (1 - v) * (height - 2 * pad)).toFixed(1);
+      // A lone point is a dot: a zero-length stroke with round caps.
+      d += open ? " L" + x + " " + y : " M" + x + " " + y + " l0.01 0";
+      open = true;
+    });
+    const path = document.createElementNS(svgNS, "path");
+    path.setAttribute("d", d.trim());
+    path.setAttribute("class", "spark-line");
+    svg.appendChild(path);
+    return svg;
+  }
+
+  function ms(value) {
+    return value === null || value === undefined ? "–" : count(value) + " ms";
+  }
+
+  function loadGroupRows(table, selected) {
+    const tbody = document.querySelector("#groups tbody");
+    tbody.replaceChildren();
+    document.getElementById("groups-by").textContent = table.by;
+    for (const g of table.rows) {
+      const tr = el("tr");
+      tr.dataset.value = g.value;
+      const isSelected = selected && selected.by === table.by && selected.value === g.value;
+      if (isSelected) tr.className = "selected";
+      const first = el("td", null, "group-value");
+      const link = el("a", g.value);
+      link.href = selectGroupHref(table.by, g.value);
+      link.title = "Show only the requests of " + table.by + " " + g.value;
+      first.appendChild(link);
+      tr.appendChild(first);
+      cell(tr, count(g.requests), "num");
+      cell(tr, count(g.prompt_tokens), "num");
+      cell(tr, pct(g.hit_rate), "num");
+      cell(tr, pct(g.cacheable_fraction), "num");
+      cell(tr, ms(g.ttft_hit_p50), "num");
+      cell(tr, ms(g.ttft_miss_p50), "num");
+      cell(tr, g.waste, "num cost");
+      const spark = el("td", null, "spark-cell");
+      spark.appendChild(sparkline(g.spark, table.spark_bucket));
+      tr.appendChild(spark);
+      tbody.appendChild(tr);
+    }
+    for (const tab of document.querySelectorAll("#groups-tabs a")) {
+      tab.classList.toggle("active", tab.dataset.by === table.by);
+    }
+    document.getElementById("groups-sub").textContent = table.sub;
+    setNote("groups", table.note);
+  }
+
+  async function loadCanary(canary) {
+    const panel = document.getElementById("panel-canary");
+    if (!canary) {
+      panel.hidden = true;
+      await plotlyReady;
+      Plotly.purge(figureDiv("canary"));
+      return;
+    }
+    panel.hidden = false;  // before drawing: a hidden plot has no width
+    document.getElementById("canary-sub").textContent = canary.sub;
+    const tags = canary.tags.map((t) =>
+      t.tag + (t.canary ? " (canary)" : "") + ": " + count(t.requests) + " requests, hit rate " + pct(t.hit_rate) +
+      (t.first_seen ? ", first seen " + t.first_seen.replace("T", " ").replace("Z", "") : "") + (t.drawn ? "" : " (not drawn)"));
+    document.getElementById("canary-tags").textContent = "In this range: " + tags.join(" · ") + ".";
+    await draw("canary", canary.figure);
+  }
+
+  // Values for the selector's field: the table's when it lists that field.
+  function fillValues(table) {
+    const field = document.getElementById("group-by").value;
+    if (!field || field !== table.by) return;
+    const list = document.getElementById("group-values");
+    list.replaceChildren(...table.rows.map((g) => { const o = el("option"); o.value = g.value; return o; }));
+  }
+
+  async function loadGroups(extra) {
+    const { data } = await getJSON("/dashboard/data/groups", extra);
+    loadGroupRows(data.table, data.selected);
+    fillValues(data.table);
+    await loadCanary(data.canary);
+    return data;
+  }
+
+  // A tab lists another field without reloading the page; the URL keeps it.
+  for (const tab of document.querySelectorAll("#groups-tabs a")) {
+    tab.addEventListener("click", (event) => {
+      event.preventDefault();
+      const params = new URLSearchParams(query);
+      params.set("groups", tab.dataset.by);
+      query = params.toString();
+      history.replaceState(null, "", "/?" + query);
+      let hidden = document.getElementById("groups-field");
+      if (!hidden) {
+        hidden = el("input");
+        hidden.type = "hidden";
+        hidden.name = "groups";
+        hidden.id = "groups-field";
+        document.getElementById("filters").appendChild(hidden);
+      }
+      hidden.value = tab.dataset.by;
+      loadGroups().catch((error) => setNote("groups", "Could not load: " + error.message));
+    });
+  }
+
+  // The selector: a field (none, scenario, tenant, deploy), then a value: the form
+  // puts `group_by=...&group_value=...` in the URL, as the alerts' links do.
+  const groupBy = document.getElementById("group-by");
+  const groupValue = document.getElementById("group-value");
+  groupBy.addEventListener("change", async () => {
+    const field = groupBy.value;
+    groupValue.value = "";
+    if (!field) {
+      groupValue.form.requestSubmit();
+      return;
+    }
+    document.getElementById("group-value-label").hidden = false;
+    groupValue.focus();
+    try {
+      const { data } = await getJSON("/dashboard/data/groups", { groups: field });
+      fillValues(data.table);
+    } catch (error) {
+      // The list is a convenience: a typed value works without it.
+    }
+  });
+  groupValue.addEventListener("change", () => {
+    if (groupValue.value && groupBy.value) groupValue.form.requestSubmit();
+  });
+
   async function loadAll() {
     const started = performance.now();
-    const results = await Promise.allSettled([loadSeries(), loadCapacity(), loadTables(), loadFindings()]);
+    const results = await Promise.allSettled([loadSeries(), loadCapacity(), loadTables(), loadFindings(), loadGroups()]);
     const failed = results.filter((r) => r.status === "rejected");
     for (const failure of failed) {
       const line = document.getElementById("view-line");

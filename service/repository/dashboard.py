@@ -1,6 +1,7 @@
 """The dashboard's reads beyond the series path (`repository.series`): top prefixes,
 the models without prices, the events and alert states it marks, the capacity
-sample and the versions that key its cached answers. Each is one indexed query
+sample, the groups' per-bucket sums (sparklines, deploy tags side by side) and the
+versions that key its cached answers. Each is one indexed query
 over the rollups or the small tables (or a bounded one over the records). Callers
 pass a session and say which rows to read: how a range is split into rollup grains
 is the service's decision (`service.services.dashboard`), so a segment arrives
@@ -14,10 +15,12 @@ import polars as pl
 from sqlalchemy import ColumnElement, Select, Table, case, func, select, union_all
 from sqlalchemy.orm import Session
 
+from service.analytics.definitions import as_sum
 from service.models import Alert, ChangeEvent, Regression
 from service.repository.analytics import PREFIX_TABLE
-from service.repository.series import PREFIX_SUMS, Segment
+from service.repository.series import CHART_TABLE, PREFIX_SUMS, Segment
 from service.repository.usage import USAGE_TABLE
+from service.rollups.chart import Scope as ChartScope
 
 
 @dataclass(frozen=True)
@@ -186,3 +189,81 @@ def alerts_version(session: Session) -> tuple[int, int]:
         select(func.count(Alert.id), func.coalesce(func.max(Alert.updated_us), 0))
     ).one()
     return int(count), int(updated)
+
+
+# --- groups and deploy tags (chart rows per group) ---------------------------------
+
+#: The sums the groups table's sparklines and the canary panel read per bucket.
+GROUP_BUCKET_SUMS = ("requests", "prompt_tokens", "cached_tokens")
+GROUP_BUCKET_SCHEMA: dict[str, Any] = {
+    "value": pl.Utf8,
+    "bucket_us": pl.Int64,
+    **dict.fromkeys(GROUP_BUCKET_SUMS, pl.Int64),
+}
+
+
+def _of_values(scope: ChartScope, values: Sequence[str]) -> list[ColumnElement[bool]]:
+    """The chart rows of some values of the scope's group field (its index's key
+    before `bucket_us`, the value listed)."""
+    c = CHART_TABLE.c
+    return [
+        c.level == scope.level,
+        c.service == scope.service,
+        c.model == scope.model,
+        c.group_by == scope.group_by,
+        c.group_value.in_(list(values)),
+    ]
+
+
+def group_bucket_sums(
+    session: Session,
+    scope: ChartScope,
+    values: Sequence[str],
+    segments: Sequence[Segment],
+    bucket_us: int,
+) -> pl.DataFrame:
+    """Per listed value of the scope's group field and per `bucket_us` bucket (the
+    segments' grains divide it), GROUP_BUCKET_SUMS of its chart rows, summed by the
+    database: one statement, a union of one indexed range per segment, grouped. A
+    scope without a group (`group_by` '') and the value '' reads the whole scope."""
+    if not values or not segments:
+        return pl.DataFrame(schema=GROUP_BUCKET_SCHEMA)
+    c = CHART_TABLE.c
+    start = (c.bucket_us // bucket_us * bucket_us).label("bucket_us")
+    parts = [
+        select(c.group_value, start, *[c[name] for name in GROUP_BUCKET_SUMS]).where(
+            c.grain_s == segment.grain_s,
+            *_of_values(scope, values),
+            c.bucket_us >= segment.from_us,
+            c.bucket_us < segment.to_us,
+        )
+        for segment in segments
+    ]
+    union = union_all(*parts).subquery() if len(parts) > 1 else parts[0].subquery()
+    r = union.c
+    names = GROUP_BUCKET_SUMS
+    query = select(r.group_value, r.bucket_us, *[func.sum(r[n]) for n in names]).group_by(
+        r.group_value, r.bucket_us
+    )
+    rows = [
+        (value, int(bucket), *[int(as_sum(n, v)) for n, v in zip(names, sums, strict=True)])
+        for value, bucket, *sums in session.execute(query).all()
+    ]
+    return pl.DataFrame(rows, schema=GROUP_BUCKET_SCHEMA, orient="row").sort("value", "bucket_us")
+
+
+def first_minutes(
+    session: Session, scope: ChartScope, values: Sequence[str], to_us: int
+) -> dict[str, int]:
+    """Per listed value of the scope's group field, its first minute with data
+    before `to_us` (one grouped read of the minute rows): when a deploy tag was
+    first seen."""
+    if not values:
+        return {}
+    c = CHART_TABLE.c
+    query = (
+        select(c.group_value, func.min(c.bucket_us))
+        .where(c.grain_s == 60, *_of_values(scope, values), c.bucket_us < to_us)
+        .group_by(c.group_value)
+    )
+    return {value: int(first) for value, first in session.execute(query).all()}

@@ -13,7 +13,7 @@ segments to the queries (`service.repository.dashboard`). The page itself (figur
 filters, wording) knows nothing of tables or grains."""
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import polars as pl
@@ -114,17 +114,21 @@ class Window:
     to_us: int
     bucket_s: int
     previous: tuple[int, int]
+    #: Only this group's records in the headline and time series (None: all).
+    group: chart.Group | None = None
 
 
 @dataclass(frozen=True)
 class Scope:
-    """The rollup rows of the selection over [from_us, to_us)."""
+    """The rollup rows of the selection over [from_us, to_us), of one group's
+    records when `group` is set (the chart rows alone keep groups)."""
 
     services: tuple[str, ...]
     models: tuple[str, ...]
     model: str | None
     from_us: int
     to_us: int
+    group: chart.Group | None = None
 
     @property
     def rows(self) -> RollupRows:
@@ -132,7 +136,7 @@ class Scope:
 
     def chart_key(self) -> chart.Scope:
         """The chart rollups answering this scope."""
-        return chart.scope_key(only_service(self.services), self.model)
+        return chart.scope_key(only_service(self.services), self.model, self.group)
 
     def chart_segments(self) -> list[Segment]:
         """The range in the coarsest chart rows (days, hours, 5 and 1 minutes)."""
@@ -145,8 +149,14 @@ class Scope:
         return plan(self.from_us, self.to_us, DAY_S, PREFIX_GRAINS_S)
 
 
-def scope_of(selection: Selection, model: str | None, from_us: int, to_us: int) -> Scope:
-    return Scope(selection.services, selection.models, model, from_us, to_us)
+def scope_of(
+    selection: Selection,
+    model: str | None,
+    from_us: int,
+    to_us: int,
+    group: chart.Group | None = None,
+) -> Scope:
+    return Scope(selection.services, selection.models, model, from_us, to_us, group)
 
 
 def range_totals(session: Session, scope: Scope) -> dict[str, float]:
@@ -246,20 +256,27 @@ def read_series(
     session: Session, selection: Selection, window: Window, max_events: int
 ) -> SeriesReading:
     """The series request's reads: the buckets from the one series path (as
-    `/v1/metrics` answers them), the headline sums, and at most `max_events` events."""
+    `/v1/metrics` answers them, with the view's group filter), the headline sums (of
+    the group too), and at most `max_events` events. Prices are told for the whole
+    scope: the rows by model are not kept per group."""
     answer = None
     if selection.services:
         query = SeriesQuery(
-            window.service, window.model, window.from_us, window.to_us, window.bucket_s
+            window.service,
+            window.model,
+            window.from_us,
+            window.to_us,
+            window.bucket_s,
+            group=window.group,
         )
         answer = series(session, query)
-    current = scope_of(selection, window.model, window.from_us, window.to_us)
-    previous = scope_of(selection, window.model, *window.previous)
+    current = scope_of(selection, window.model, window.from_us, window.to_us, window.group)
+    previous = scope_of(selection, window.model, *window.previous, group=window.group)
     return SeriesReading(
         answer,
         range_totals(session, current),
         range_totals(session, previous),
-        price_coverage(session, current),
+        price_coverage(session, replace(current, group=None)),
         dashboard_repo.events_in_range(
             session, window.service, window.model, window.from_us, window.to_us, max_events
         ),

@@ -47,6 +47,7 @@ PATH_METHODS = {
     "/login": {"GET", "POST"},
     "/logout": {"POST"},
     "/dashboard/data/series": {"GET"},
+    "/dashboard/data/groups": {"GET"},
     "/static/plotly.min.js": {"GET"},
     "/openapi.json": {"GET", "HEAD"},
 }

@@ -113,3 +113,28 @@ def records(
             }
         )
     return out
+
+
+#: The grouped traffic's range: four hours from a whole hour, the canary in the last.
+T0 = 1_764_399_600
+SPAN_S = 4 * 3600
+CANARY_FROM = T0 + 3 * 3600
+SCENARIOS = ("chat", "chat", "chat", "summary", "search")
+
+
+def grouped(n: int, *, canary: bool, seed: int = 0) -> list[dict[str, Any]]:
+    """Records of service `svc` (model m, priced) with a scenario and a tenant each;
+    scenario `summary` loses its prefix halfway (nothing cached from then on); all on
+    deploy v1, except (with `canary`) a tenth of the last hour's on v2, whose prompts
+    lost their prefix too."""
+    rnd = random.Random(seed)
+    out = records(n, T0, SPAN_S, service="svc", seed=seed)
+    for i, r in enumerate(out):
+        r["scenario"] = SCENARIOS[i % len(SCENARIOS)]
+        r["tenant"] = f"tenant-{i % 4}"
+        if r["scenario"] == "summary" and r["ts"] >= T0 + SPAN_S / 2:
+            r["cached_tokens"] = 0
+        if canary and r["ts"] >= CANARY_FROM and rnd.random() < 0.1:
+            r["deploy"] = "v2"
+            r["cached_tokens"] = 0
+    return out

@@ -38,7 +38,7 @@ import orjson
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
-from dashboards import data, page
+from dashboards import data, groups, page
 from dashboards.cache import ReplayCache, ResultCache
 from dashboards.filters import FilterError, RawFilters, resolve
 from service.api.deps import AUTH_COOKIE, BodyDep, ReadAuth, SessionDep, SettingsDep
@@ -50,7 +50,19 @@ from service.settings import Settings
 router = APIRouter(tags=["dashboard"], include_in_schema=False)
 
 COOKIE_MAX_AGE_S = 30 * 86_400
-_LIMITS = {"service": 100, "model": 200, "from": 64, "to": 64, "bucket": 20, "range": 20}
+#: The longest value of each view parameter (a group's value as wide as the widest
+#: group field of the record).
+_LIMITS = {
+    "service": 100,
+    "model": 200,
+    "group_by": 20,
+    "group_value": 200,
+    "from": 64,
+    "to": 64,
+    "bucket": 20,
+    "range": 20,
+    "groups": 20,
+}
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
     "img-src 'self' data: blob:; connect-src 'self'; object-src 'none'; "
@@ -79,6 +91,9 @@ def raw_filters(request: Request) -> RawFilters:
         to=params.get("to", ""),
         bucket=params.get("bucket", ""),
         range=params.get("range", ""),
+        group_by=params.get("group_by", ""),
+        group_value=params.get("group_value", ""),
+        groups=params.get("groups", ""),
     )
 
 
@@ -301,6 +316,19 @@ def findings_data(request: Request, session: SessionDep, settings: SettingsDep) 
         session,
         "findings",
         lambda: data.findings_payload(session, settings, _context(request, session)),
+    )
+
+
+@router.get("/dashboard/data/groups", dependencies=[ReadAuth, CaughtUp])
+def groups_data(request: Request, session: SessionDep) -> Response:
+    """The groups table (one row per value of the view's `groups` field, as
+    `GET /v1/groups` answers, each with a sparkline) and, when two or more deploy
+    tags served the range, their hit rates side by side (the canary panel)."""
+    return _cached(
+        request,
+        session,
+        "groups",
+        lambda: groups.groups_payload(session, _context(request, session)),
     )
 
 
