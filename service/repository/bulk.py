@@ -1,10 +1,11 @@
 """Many rows of a frame into a table in one driver call: the rollups' writes.
 
 SQLAlchemy's `insert(), [dict, ...]` builds and binds a parameter dict per row; for
-the chart and group rollups (hundreds of thousands of rows in a first pass over a
-day of traffic with groups) that was most of the pass. Here the frame's rows go as
-tuples straight to the driver's `executemany` (pysqlite, psycopg), with the
-statement SQLAlchemy compiles for the table's columns."""
+the chart and group rollups on SQLite (hundreds of thousands of rows in a first pass
+over a day of traffic with groups) that was most of the pass. There the frame's rows
+go as tuples straight to pysqlite's `executemany`, with the statement SQLAlchemy
+compiles for the table's columns. PostgreSQL keeps SQLAlchemy's path: it batches the
+rows into multi-row statements, which psycopg's `executemany` would not."""
 
 from typing import Any
 
@@ -18,10 +19,12 @@ def insert_frame(session: Session, table: Table, frame: pl.DataFrame, columns: l
     if frame.is_empty():
         return
     connection = session.connection()
+    if connection.dialect.name != "sqlite":
+        # SQLAlchemy batches these into multi-row INSERTs ("insertmanyvalues"), where
+        # psycopg's own executemany would send a statement per row.
+        session.execute(table.insert(), frame.select(columns).to_dicts())
+        return
     statement = table.insert().compile(dialect=connection.dialect, column_keys=columns)
-    names = statement.positiontup if statement.positional else None
-    order = list(names) if names else columns
+    order = list(statement.positiontup or columns)
     rows: list[Any] = frame.select(order).rows()
-    if not statement.positional:
-        rows = [dict(zip(order, row, strict=True)) for row in rows]
     connection.exec_driver_sql(str(statement), rows)
