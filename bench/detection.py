@@ -134,7 +134,7 @@ SCENARIO_SHARES = [0.3, 0.2, 0.1, 0.1, 0.1, 0.05, 0.05, 0.04, 0.03, 0.03]
 
 def groups_speed(services: int = 100) -> None:
     from service.detection.changepoints import DropRule, lasting_drops
-    from service.detection.groups import Span, group_drops
+    from service.detection.groups import change_us, group_drops
 
     rng = np.random.default_rng(1)
     n, bucket_us = 30 * 288, 300 * 1_000_000
@@ -165,10 +165,9 @@ def groups_speed(services: int = 100) -> None:
     started, found = time.perf_counter(), 0
     for service, groups in built:
         drops = lasting_drops(service.hit_rate, service.weight, rule)
-        spans = [Span.of(service, d, bucket_us) for d in drops]
+        spans = [change_us(service, d) for d in drops]
         found += sum(
-            len(v)
-            for v in group_drops(service, spans, groups, rule, bucket_us, 3 * bucket_us).values()
+            len(v) for v in group_drops(service, spans, groups, rule, 3 * bucket_us).values()
         )
     with_groups = time.perf_counter() - started
     print(

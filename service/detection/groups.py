@@ -57,22 +57,9 @@ def series_from_chart(rows: pl.DataFrame) -> Series:
     )
 
 
-@dataclass(frozen=True)
-class Span:
-    """A drop's change and the bucket range it stays down over, as times: [change,
-    end), `end` the start of the bucket after its after-segment."""
-
-    change_us: int
-    down_from_us: int
-    end_us: int
-
-    @staticmethod
-    def of(series: Series, drop: Drop, bucket_us: int) -> Span:
-        return Span(
-            int(series.bucket_us[drop.at]),
-            int(series.bucket_us[drop.after.start]),
-            int(series.bucket_us[drop.after.end - 1]) + bucket_us,
-        )
+def change_us(series: Series, drop: Drop) -> int:
+    """When a drop of the series began (its bucket's start)."""
+    return int(series.bucket_us[drop.at])
 
 
 #: How far a sparse group's change estimate may be from its service's and still be
@@ -80,13 +67,13 @@ class Span:
 SAME_CHANGE_US = 3600 * 1_000_000
 
 
-def explained_by_service(group: Span, service: list[Span], reach_us: int) -> bool:
+def explained_by_service(group_us: int, service_us: list[int], reach_us: int) -> bool:
     """A group's drop that a drop of the whole service explains: the two changes are
     within max(`reach_us`, SAME_CHANGE_US) of each other. A sparse group's change
     point is less precise than its service's, hence the hour; a group that falls on
     its own while the service is still down from an earlier change is its own."""
     near = max(reach_us, SAME_CHANGE_US)
-    return any(abs(group.change_us - other.change_us) <= near for other in service)
+    return any(abs(group_us - other) <= near for other in service_us)
 
 
 def _residual(group: Series, service: Series) -> npt.NDArray[np.float64]:
@@ -154,13 +141,12 @@ def moved_apart(group: Series, service: Series, rule: DropRule) -> bool:
 
 def group_drops(
     service: Series,
-    service_spans: list[Span],
+    service_changes_us: list[int],
     groups: dict[K, Series],
     rule: DropRule,
-    bucket_us: int,
     reach_us: int,
 ) -> dict[K, list[Drop]]:
-    """Per group, its lasting drops that the service's own (`service_spans`) do not
+    """Per group, its lasting drops that the service's own (`service_changes_us`) do not
     explain; only the groups that moved apart from the service are searched."""
     found: dict[K, list[Drop]] = {}
     for key, series in groups.items():
@@ -172,7 +158,7 @@ def group_drops(
             for drop in lasting_drops(series.hit_rate, series.weight, rule)
             if _fell_apart(residual, series.weight, drop, rule)
             and _stands_out(series, drop)
-            and not explained_by_service(Span.of(series, drop, bucket_us), service_spans, reach_us)
+            and not explained_by_service(change_us(series, drop), service_changes_us, reach_us)
         ]
         if drops:
             found[key] = drops

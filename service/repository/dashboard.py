@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from service.analytics.definitions import as_sum
 from service.models import Alert, ChangeEvent, Regression
 from service.repository.analytics import PREFIX_TABLE
-from service.repository.series import CHART_TABLE, PREFIX_SUMS, Segment
+from service.repository.series import CHART_TABLE, PREFIX_SUMS, Segment, scope_condition
 from service.repository.usage import USAGE_TABLE
 from service.rollups.chart import Scope as ChartScope
 
@@ -202,19 +202,6 @@ GROUP_BUCKET_SCHEMA: dict[str, Any] = {
 }
 
 
-def _of_values(scope: ChartScope, values: Sequence[str]) -> list[ColumnElement[bool]]:
-    """The chart rows of some values of the scope's group field (its index's key
-    before `bucket_us`, the value listed)."""
-    c = CHART_TABLE.c
-    return [
-        c.level == scope.level,
-        c.service == scope.service,
-        c.model == scope.model,
-        c.group_by == scope.group_by,
-        c.group_value.in_(list(values)),
-    ]
-
-
 def group_bucket_sums(
     session: Session,
     scope: ChartScope,
@@ -233,7 +220,7 @@ def group_bucket_sums(
     parts = [
         select(c.group_value, start, *[c[name] for name in GROUP_BUCKET_SUMS]).where(
             c.grain_s == segment.grain_s,
-            *_of_values(scope, values),
+            *scope_condition(scope, values=values),
             c.bucket_us >= segment.from_us,
             c.bucket_us < segment.to_us,
         )
@@ -263,7 +250,7 @@ def first_minutes(
     c = CHART_TABLE.c
     query = (
         select(c.group_value, func.min(c.bucket_us))
-        .where(c.grain_s == 60, *_of_values(scope, values), c.bucket_us < to_us)
+        .where(c.grain_s == 60, *scope_condition(scope, values=values), c.bucket_us < to_us)
         .group_by(c.group_value)
     )
     return {value: int(first) for value, first in session.execute(query).all()}

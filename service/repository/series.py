@@ -53,16 +53,24 @@ def _frame(rows: Sequence[Any], schema: dict[str, Any]) -> pl.DataFrame:
     )
 
 
-def _of(scope: Scope, every_value: bool = False) -> list[Any]:
+def scope_condition(
+    scope: Scope, every_value: bool = False, values: Sequence[str] | None = None
+) -> list[Any]:
     """The chart rows of one scope: the unique index's key before `bucket_us`.
-    `every_value`: the rows of every value of the scope's group field."""
+    `every_value`: the rows of every value of the scope's group field; `values`: of
+    those values of it."""
     c = CHART_TABLE.c
+    value: list[Any]
+    if values is not None:
+        value = [c.group_value.in_(list(values))]
+    else:
+        value = [] if every_value else [c.group_value == scope.group_value]
     return [
         c.level == scope.level,
         c.service == scope.service,
         c.model == scope.model,
         c.group_by == scope.group_by,
-        *([] if every_value else [c.group_value == scope.group_value]),
+        *value,
     ]
 
 
@@ -72,7 +80,7 @@ def _in_segment(scope: Scope, segment: Segment, every_value: bool = False) -> li
     c = CHART_TABLE.c
     return [
         c.grain_s == segment.grain_s,
-        *_of(scope, every_value),
+        *scope_condition(scope, every_value),
         c.bucket_us >= segment.from_us,
         c.bucket_us < segment.to_us,
     ]
@@ -88,7 +96,7 @@ def chart_extent(
     """The first and last minute buckets with data of a scope within the bounds (two
     index seeks), or None when there is none."""
     c = CHART_TABLE.c
-    where = [c.grain_s == 60, *_of(scope, every_value)]
+    where = [c.grain_s == 60, *scope_condition(scope, every_value)]
     if from_us is not None:
         where.append(c.bucket_us >= from_us)
     if to_us is not None:
@@ -276,7 +284,9 @@ def sums_by_model(
 def newest_minute(session: Session, scope: Scope) -> int | None:
     """The newest minute bucket of a scope (one index seek)."""
     c = CHART_TABLE.c
-    return session.scalar(select(func.max(c.bucket_us)).where(c.grain_s == 60, *_of(scope)))
+    return session.scalar(
+        select(func.max(c.bucket_us)).where(c.grain_s == 60, *scope_condition(scope))
+    )
 
 
 PREFIX_SUMS = [

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 from service import repository, telemetry
 from service.alerts import outbox
 from service.detection.changepoints import lasting_drops, separate_episodes
-from service.detection.groups import Span
+from service.detection.groups import change_us
 from service.detection.inferred import replica_changes
 from service.detection.series import build_series
 from service.models import Regression
@@ -72,10 +72,9 @@ def _detect_series(
     ]
     if settings.detect_groups:
         # Every lasting drop of the service, reported or not, explains its groups'.
-        bucket_us = settings.detect_bucket_s * _US
-        spans = [Span.of(series, d, bucket_us) for d in drops]
+        changes = [change_us(series, d) for d in drops]
         found += group_detection.detect_groups(
-            session, settings, (service, model), since_us, now_us, (series, spans)
+            session, settings, (service, model), since_us, now_us, (series, changes)
         )
     return found
 

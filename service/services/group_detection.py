@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 
 from service.analytics.definitions import SUM_COLUMNS
 from service.detection.changepoints import separate_episodes
-from service.detection.groups import Span, canaries, group_drops, series_from_chart
+from service.detection.groups import canaries, group_drops, series_from_chart
 from service.detection.series import Series
 from service.models import Regression
 from service.repository import detection as detection_repo
@@ -27,10 +27,10 @@ def detect_groups(
     key: tuple[str, str],
     since_us: int,
     now_us: int,
-    service: tuple[Series, list[Span]],
+    service: tuple[Series, list[int]],
 ) -> list[tuple[Regression, bool]]:
     """The regressions of the groups of `key` (scenario, tenant) that the service's own
-    drops (its series and their spans) do not explain, and its canaries."""
+    drops (its series and their changes) do not explain, and its canaries."""
     chosen = watched_groups(session, settings, key, since_us)
     rows = _group_rows(session, settings, key, chosen, since_us)
     if rows.is_empty():
@@ -46,7 +46,7 @@ def detect_groups(
     rule = records.rule_of(settings)
     bucket_us = settings.detect_bucket_s * _US
     reach = records.attribution_reach_us(settings)
-    drops = group_drops(service[0], service[1], watched, rule, bucket_us, reach)
+    drops = group_drops(service[0], service[1], watched, rule, reach)
     for group, group_series in ((g, watched[g]) for g in sorted(drops)):
         explained = records.explained_by_event(session, settings, *key, group_series)
         for drop in separate_episodes(drops[group], explained):
