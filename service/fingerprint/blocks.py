@@ -4,6 +4,19 @@ Without a tokenizer a token is `BYTES_PER_TOKEN` bytes of the serialized request
 (why, and its limits: the package docstring); with one, blocks are exact token ids
 of that serialization. Block hash i covers blocks 0..i. Each segment also gets
 its `norm_hash`, the hash of the part with its rendering normalized (`normalize`).
+
+With `prompt_ids`, the token ids a self-hosted engine will prefill (its chat
+template applied, then tokenized: llama-server's `/apply-template` and
+`/tokenize`, vLLM's `/tokenize` with `messages`), blocks are cut from those ids
+instead. Why: an engine's template is not this serialization. ChatML-with-tools
+templates (Qwen, Hermes) render the tools *after* the system text, so a
+timestamp at the top of the system prompt invalidates the tools too, where the
+provider order (tools first) would keep them seen; and the JSON of the
+serialization counts more tokens than the template renders, so a block run
+longer than the engine's own prompt would claim tokens the engine never had
+(`min(prompt_tokens, run * block_size)` then caps it at the whole prompt).
+Measured in the lab (docs/lab.md): with the engine's ids, the ceiling is the
+engine's own, token for token up to the last partial block.
 """
 
 from __future__ import annotations
@@ -132,11 +145,14 @@ def fingerprint(
     *,
     tokenizer: Tokenizer | None = None,
     block_size: int = DEFAULT_BLOCK_SIZE,
+    prompt_ids: Sequence[int] | None = None,
 ) -> RecordFields:
     """The fingerprint fields of a usage record for this request body (see the package
     docstring for the serialization and the token approximation). Compute it on the
     exact body you send, after every transformation, and spread the result into the
-    record: `{"request_id": ..., **fingerprint(body)}`."""
+    record: `{"request_id": ..., **fingerprint(body)}`. With `prompt_ids` (the ids
+    the engine prefills, module docstring) the block hashes are of those ids; the
+    segments are still the body's parts."""
     if block_size <= 0:
         raise ValueError("block_size must be positive")
     parts = _request_parts(body)
@@ -162,12 +178,14 @@ def fingerprint(
             }
         )
     mode = b"bytes/4" if tokenizer is None else b"tokens"
+    blocks: Iterator[bytes]
+    if prompt_ids is not None:
+        mode, blocks = b"engine-ids", _id_blocks(list(prompt_ids), block_size)
+    elif tokenizer is None:
+        blocks = _byte_blocks(b"".join(stream_bytes), block_size)
+    else:
+        blocks = _id_blocks(stream_ids, block_size)
     seed = _digest(_VERSION + b"|" + mode + b"|" + str(block_size).encode(), b"cw-seed")
-    blocks = (
-        _byte_blocks(b"".join(stream_bytes), block_size)
-        if tokenizer is None
-        else _id_blocks(stream_ids, block_size)
-    )
     fields: RecordFields = {
         "segments": segments[:MAX_SEGMENTS],
         "block_size": block_size,

@@ -173,6 +173,28 @@ def test_a_tokenizer_gives_exact_token_blocks() -> None:
     assert fields["block_hashes"] != fingerprint(body, block_size=16)["block_hashes"]
 
 
+def test_the_engines_own_ids_give_the_blocks_and_the_body_the_segments() -> None:
+    """`prompt_ids`: blocks of the ids the engine prefills (its chat template, which
+    may put the tools after the system text), segments still of the body."""
+    body = openai_request()
+    ids = list(range(1000, 1100))
+    fields = fingerprint(body, block_size=16, prompt_ids=ids)
+    assert len(fields["block_hashes"]) == math.ceil(len(ids) / 16)
+    assert fields["segments"] == fingerprint(body, block_size=16)["segments"]
+    assert fields["block_hashes"] != fingerprint(body, block_size=16)["block_hashes"]
+    # the same ids hash alike whatever the body; a change at id 40 keeps blocks 0-1
+    other = fingerprint(openai_request(system="another"), block_size=16, prompt_ids=ids)
+    assert other["block_hashes"] == fields["block_hashes"]
+    changed = fingerprint(body, block_size=16, prompt_ids=[*ids[:40], 7, *ids[41:]])
+    assert changed["block_hashes"][:2] == fields["block_hashes"][:2]
+    assert all(
+        a != b for a, b in zip(changed["block_hashes"][2:], fields["block_hashes"][2:], strict=True)
+    )
+    # an appended turn extends the chain: every earlier full block is kept
+    longer = fingerprint(body, block_size=16, prompt_ids=[*ids, *range(50)])
+    assert longer["block_hashes"][: len(ids) // 16] == fields["block_hashes"][: len(ids) // 16]
+
+
 # ------------------------------------------------------------- contract records
 
 
