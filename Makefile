@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PG_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 APT_PACKAGES := syslog-ng-core syslog-ng-mod-http docker-compose chromium
 
-.PHONY: install system-deps postgres lint test test-sqlite test-postgres demo bench clean
+.PHONY: install system-deps postgres lint test test-sqlite test-postgres demo bench lab lab-install clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -63,6 +63,16 @@ test: install system-deps postgres lint
 # The whole story on the embedded SQLite database; leaves the dashboard served.
 demo: install
 	$(VENV)/bin/cachewatch demo --port $${PORT:-8000}
+
+# Real engines (not part of `make test`; docs/lab.md): llama-server replicas behind
+# sglang-router, measured by cachewatch. The first run builds llama.cpp (~15 min on
+# 2 cores) into a wheel under .lab/; later runs install it in seconds. LAB_ARGS
+# passes options (`--scale 0.5` halves every phase).
+lab-install:
+	bash lab/install.sh
+
+lab: install lab-install
+	$(PY) -m service.lab $(LAB_ARGS)
 
 bench: install
 	$(PY) bench/ingest.py
