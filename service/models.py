@@ -228,6 +228,9 @@ class RollupSums:
     rewrite_rewarm_tokens: Mapped[int] = _late_sum()
     rewrite_wasted_usd: Mapped[float] = _usd()
     rewarms_expiry_2ttl: Mapped[int] = _late_sum()
+    # How busy a bucket was for its callers (definitions._load_exprs), added by
+    # 20261202_ttft_total.
+    ttft_ms_total: Mapped[int] = _late_sum()
     ttft_hit: Mapped[bytes | None] = mapped_column(LargeBinary, sort_order=1)
     ttft_miss: Mapped[bytes | None] = mapped_column(LargeBinary, sort_order=1)
 

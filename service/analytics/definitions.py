@@ -106,7 +106,20 @@ def _sum_exprs() -> list[pl.Expr]:
         _count_when(~pl.col("is_hit")).alias("misses"),
         *_cost_exprs(),
         *_finding_exprs(),
+        *_load_exprs(),
     ]
+
+
+def _load_exprs() -> list[pl.Expr]:
+    """`ttft_ms_total`: the callers' summed wait for the first token (ms; requests
+    without `ttft_ms` add 0). With the prompt tokens it tells how busy a bucket was:
+    by Little's law the requests waiting at once are the waits' sum over the bucket's
+    length. A caller that waits for each answer (a chat user, an agent loop) sends
+    fewer requests when every one of them misses and takes longer; its waiting time
+    does not fall (docs/lab.md: on llama-server, 5 times fewer requests, the same
+    summed wait). `service.detection.changepoints` reads it so that such a drop is
+    not taken for a quiet night."""
+    return [pl.col("ttft_ms").fill_null(0.0).sum().round(0).cast(pl.Int64).alias("ttft_ms_total")]
 
 
 def _finding_exprs() -> list[pl.Expr]:

@@ -192,22 +192,52 @@ def _crossing(y: Floats, w: Floats, before: Segment, after: Segment) -> int:
     return after.start
 
 
-def _busy_buckets_down(y: Floats, w: Floats, before: Segment, after: Segment) -> int:
-    """How many buckets of the after segment carry busy-hour traffic (at least half a
-    typical busy bucket, the 75th percentile of weights) and sit below the half-way
-    level. Counting these, not the segment's length, keeps a quiet night with a low
-    hit rate (many buckets, little traffic) and a 2-bucket dip that Binseg padded to
-    its minimum size from passing as a lasting drop; a real drop that starts at night
-    is reported once the day's traffic confirms it."""
-    typical = float(np.quantile(w, 0.75))
+#: A bucket is busy when its prompt tokens reach this share of a typical busy
+#: bucket's (the 75th percentile), or its callers' summed wait reaches `BUSY_WAIT`
+#: of a typical busy bucket's.
+BUSY_TOKENS = 0.5
+BUSY_WAIT = 0.75
+
+
+def busy(w: Floats, wait: Floats | None = None) -> npt.NDArray[np.bool_]:
+    """Which buckets carry busy-hour traffic.
+
+    By prompt tokens: at least half a typical busy bucket. Counting busy buckets, not
+    a segment's length, keeps a quiet night with a low hit rate (many buckets, little
+    traffic) and a 2-bucket dip that Binseg padded to its minimum size from passing
+    as a lasting drop; a real drop that starts at night is reported once the day's
+    traffic confirms it.
+
+    By the callers' summed wait for the first token (`wait`, ms; Little's law: the
+    requests waiting at once): callers that wait for each answer (chat users, agent
+    loops) send fewer requests when every request misses and takes longer, while
+    their waiting time holds. On llama-server (docs/lab.md), a timestamp at the top
+    of the system prompt cut the requests per minute from ~30 to ~5 and kept the
+    summed wait at ~110 s a minute: by tokens alone the broken release looked like a
+    quiet night and was never reported. A quiet night's wait falls with its traffic
+    (fewer callers), so the bar is higher (three quarters of a busy bucket's): 10%
+    of the traffic with every request 5 times slower is still not busy.
+    """
+    by_tokens = w >= BUSY_TOKENS * float(np.quantile(w, 0.75))
+    if wait is None or not np.any(wait > 0):
+        return by_tokens
+    return by_tokens | (wait >= BUSY_WAIT * float(np.quantile(wait, 0.75)))
+
+
+def _busy_buckets_down(
+    y: Floats, w: Floats, before: Segment, after: Segment, wait: Floats | None
+) -> int:
+    """How many buckets of the after segment are `busy` and sit below the half-way
+    level."""
     midpoint = (before.level + after.level) / 2
     window = slice(after.start, after.end)
-    return int(((w[window] >= 0.5 * typical) & (y[window] <= midpoint)).sum())
+    return int((busy(w, wait)[window] & (y[window] <= midpoint)).sum())
 
 
-def lasting_drops(y: Floats, w: Floats, rule: DropRule) -> list[Drop]:
+def lasting_drops(y: Floats, w: Floats, rule: DropRule, wait: Floats | None = None) -> list[Drop]:
     """Every segment boundary where the level falls by the rule's amounts and stays
-    down for at least `min_buckets` buckets of busy-hour traffic."""
+    down for at least `min_buckets` busy buckets (`busy`; `wait` is each bucket's
+    callers' summed wait for the first token, when known)."""
     parts = segments(y, w, rule)
     w_norm = w / w.mean() if len(w) else w
     drops = []
@@ -216,7 +246,7 @@ def lasting_drops(y: Floats, w: Floats, rule: DropRule) -> list[Drop]:
         fall = before.level - after.level + _EPSILON
         if fall < rule.min_abs or fall < rule.min_rel * before.level:
             continue
-        if _busy_buckets_down(y, w, before, after) < rule.min_buckets:
+        if _busy_buckets_down(y, w, before, after, wait) < rule.min_buckets:
             continue
         recovered = next(
             (

@@ -155,7 +155,7 @@ def group_drops(
         residual = _residual(series, service)
         drops = [
             drop
-            for drop in lasting_drops(series.hit_rate, series.weight, rule)
+            for drop in lasting_drops(series.hit_rate, series.weight, rule, series.wait)
             if _fell_apart(residual, series.weight, drop, rule)
             and _stands_out(series, drop)
             and not explained_by_service(change_us(series, drop), service_changes_us, reach_us)

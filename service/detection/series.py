@@ -48,6 +48,12 @@ class Series:
     def weight(self) -> npt.NDArray[np.float64]:
         return self.sums["prompt_tokens"].astype(np.float64)
 
+    @property
+    def wait(self) -> npt.NDArray[np.float64]:
+        """The callers' summed wait for the first token per bucket (ms; 0 without
+        `ttft_ms`): how busy a bucket was for callers that wait for each answer."""
+        return self.sums["ttft_ms_total"].astype(np.float64)
+
 
 def build_series(rollups: pl.DataFrame, prefixes: pl.DataFrame, bucket_s: int) -> Series:
     bucket_us = bucket_s * 1_000_000

@@ -63,7 +63,7 @@ def _detect_series(
     )
     if len(series) == 0:
         return []
-    drops = lasting_drops(series.hit_rate, series.weight, rule_of(settings))
+    drops = lasting_drops(series.hit_rate, series.weight, rule_of(settings), series.wait)
     found = [
         records.record_drop(session, settings, (service, model), series, drop, now_us)
         for drop in separate_episodes(

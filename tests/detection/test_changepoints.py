@@ -26,6 +26,7 @@ from service.detection.changepoints import (
     _absorb_transitions,
     _crossing,
     _merge_close,
+    busy,
     lasting_drops,
     noise_sigma,
     segments,
@@ -380,3 +381,43 @@ def test_the_vectorized_search_finds_what_ruptures_own_binseg_finds(
         plain = rpt.Binseg(custom_cost=WeightedMeanCost(), min_size=min_size, jump=jump)
         fast = VectorBinseg(custom_cost=WeightedMeanCost(), min_size=min_size, jump=jump)
         assert fast.fit(signal).predict(pen=pen) == plain.fit(signal).predict(pen=pen)
+
+
+# ------------------------------------------------- busy buckets: the callers' wait
+
+
+def _closed_loop(night: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Buckets of (hit rate, prompt tokens, summed wait in ms). The lab's v2 release on
+    llama-server (docs/lab.md): every request misses and takes ~7 times longer, so
+    callers that wait for answers send ~6 times fewer requests; their summed wait holds
+    (~110 s a minute). A quiet night instead: a tenth of the callers, each request
+    5 times slower, so half the summed wait."""
+    high_y, high_w, high_wait = [0.9] * 5, [45_000.0] * 5, [110_000.0] * 5
+    if night:
+        low_y, low_w, low_wait = [0.02] * 4, [4_500.0] * 4, [55_000.0] * 4
+    else:
+        low_y, low_w, low_wait = [0.02] * 4, [7_000.0] * 4, [112_000.0] * 4
+    return (
+        np.array(high_y + low_y + high_y),
+        np.array(high_w + low_w + high_w),
+        np.array(high_wait + low_wait + high_wait),
+    )
+
+
+def test_callers_that_wait_for_answers_confirm_a_drop_their_slowdown_made_quiet() -> None:
+    y, w, wait = _closed_loop(night=False)
+    assert lasting_drops(y, w, RULE) == []  # by prompt tokens alone: a quiet stretch
+    (drop,) = lasting_drops(y, w, RULE, wait)
+    assert drop.at == 5 and drop.recovered_at == 9
+    assert list(busy(w, wait)) == [True] * 14
+
+
+def test_a_quiet_nights_wait_falls_with_its_callers_and_confirms_nothing() -> None:
+    y, w, wait = _closed_loop(night=True)
+    assert lasting_drops(y, w, RULE, wait) == []
+    assert not busy(w, wait)[5:9].any()
+
+
+def test_without_waits_busy_is_by_prompt_tokens() -> None:
+    w = np.array([100.0, 100.0, 40.0, 60.0])
+    assert list(busy(w)) == list(busy(w, np.zeros(4))) == [True, True, False, True]

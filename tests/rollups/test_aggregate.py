@@ -23,8 +23,9 @@ def _joined() -> pl.DataFrame:
         record(id=2, ts_us=1 * S, prompt_tokens=400, cached_tokens=300, block_size=100,
                block_hashes=[1, 2, 3, 4], replica="r1", session_id="s"),
         record(id=3, ts_us=2 * S, prompt_tokens=500, block_size=100, block_hashes=[1, 2],
-               replica="r2"),
-        record(id=4, ts_us=3 * S, prompt_tokens=400, block_size=100, block_hashes=[1, 2, 3]),
+               replica="r2", ttft_ms=250.4),
+        record(id=4, ts_us=3 * S, prompt_tokens=400, block_size=100, block_hashes=[1, 2, 3],
+               ttft_ms=120.3),
         # bucket 1: an unfingerprinted hit and a history rewrite
         record(id=5, ts_us=10 * S, prompt_tokens=100, cached_tokens=100),
         record(id=6, ts_us=11 * S, prompt_tokens=600, block_size=100,
@@ -81,6 +82,9 @@ def test_rollup_sums_per_bucket() -> None:
         "rewrite_prompt_tokens": 0,
         "rewrite_rewarm_tokens": 0,
         "rewarms_expiry_2ttl": 0,
+        # The callers' summed wait (ms, whole per rollup row): ids 3 and 4 (on r2 and
+        # on no replica) say theirs, the others add 0.
+        "ttft_ms_total": 250 + 120,
     }
     assert b1["requests"] == 2 and b1["fp_requests"] == 1
     assert b1["hits"] == 1 and b1["history_rewrites"] == 1 and b1["session_requests"] == 1
