@@ -120,5 +120,22 @@ def evidence_of(
     return lines
 
 
+def recovery_evidence(after: Stretch, recovered: Stretch | None) -> list[str]:
+    """How it recovered, when that says something: the traffic now on fewer replicas
+    per bucket than during the drop. A cache-aware router that recovers the hit rate
+    of a round-robin fleet by sending every request to one replica (measured on
+    sglang-router's `cache_aware` in front of four llama-server replicas,
+    docs/lab.md: 100% on one) has traded the cache misses for a hot spot: one
+    replica's capacity for the whole service, and its cache to lose if it fails."""
+    if recovered is None or not 0 < recovered.replicas < after.replicas:
+        return []
+    serve = "serves" if recovered.replicas == 1 else "serve"
+    return [
+        f"since the recovery {recovered.replicas} of the {after.replicas} replicas {serve} "
+        f"each bucket: if the others still run, the traffic is concentrated on "
+        f"{'it' if recovered.replicas == 1 else 'them'} (a hot spot)"
+    ]
+
+
 def diagnose(before: Stretch, after: Stretch, segment_variants: SegmentVariants) -> Diagnosis:
     return Diagnosis(cause_of(before, after), evidence_of(before, after, segment_variants))

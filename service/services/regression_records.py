@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from service.analytics.costs import RegressionCost, Side, regression_cost
 from service.detection.changepoints import Drop, DropRule
-from service.detection.diagnosis import SegmentVariants, diagnose
+from service.detection.diagnosis import SegmentVariants, diagnose, recovery_evidence
 from service.detection.groups import Canary
 from service.detection.series import Series, Stretch, stretch
 from service.models import ChangeEvent, Regression
@@ -70,7 +70,17 @@ def record_drop(
     event, lag_s = attribute(session, settings, service, model, change_us)
     recovered_us = None if drop.recovered_at is None else int(series.bucket_us[drop.recovered_at])
     values = _values(before, after, variants, days, event, lag_s, recovered_us, now_us)
+    values["evidence"] += recovery_evidence(after, _recovered(series, drop))
     return store(session, settings, key, group, change_us, values, now_us)
+
+
+def _recovered(series: Series, drop: Drop) -> Stretch | None:
+    """The buckets after the recovery, as many as the drop lasted (or fewer at the
+    series' end)."""
+    if drop.recovered_at is None:
+        return None
+    length = drop.after.end - drop.after.start
+    return stretch(series, drop.recovered_at, min(len(series), drop.recovered_at + length))
 
 
 def record_canary(

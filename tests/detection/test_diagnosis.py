@@ -22,6 +22,7 @@ from service.detection.diagnosis import (
     cause_of,
     diagnose,
     evidence_of,
+    recovery_evidence,
 )
 from service.detection.series import Stretch
 
@@ -295,3 +296,21 @@ def test_diagnose_is_cause_and_evidence_together() -> None:
             "concurrent 60%, routing 40%",
         ],
     )
+
+
+# --- how it recovered -------------------------------------------------------------
+
+
+def test_a_recovery_onto_fewer_replicas_says_the_traffic_is_concentrated() -> None:
+    """sglang-router's cache_aware in the lab: round-robin over 4 replicas, then every
+    request on one (docs/lab.md)."""
+    during = stretch(hit_rate=0.66, replicas=4)
+    (line,) = recovery_evidence(during, stretch(hit_rate=0.91, replicas=1))
+    assert line.startswith("since the recovery 1 of the 4 replicas serves each bucket")
+    assert "hot spot" in line
+
+
+@pytest.mark.parametrize("replicas", [4, 5, 0])
+def test_a_recovery_on_as_many_replicas_or_unknown_ones_adds_nothing(replicas: int) -> None:
+    assert recovery_evidence(stretch(replicas=4), stretch(replicas=replicas)) == []
+    assert recovery_evidence(stretch(replicas=4), None) == []
