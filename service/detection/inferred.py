@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 
@@ -25,6 +26,29 @@ class ReplicaChange:
     previous: int
     added: tuple[str, ...]
     removed: tuple[str, ...]
+
+
+def _settled(
+    counts: npt.NDArray[np.int64],
+    volume: npt.NDArray[np.int64],
+    span: int,
+    persist: int,
+    min_requests_per_replica: int,
+) -> int:
+    """The first bucket whose count is trusted as the fleet's. At the latest the first
+    full trailing window: before it the window holds less than an hour, and a quiet
+    start would look like replicas arriving one by one as the first requests reach
+    them. Earlier once a count has held `persist` buckets while its replicas carried
+    `min_requests_per_replica` requests each: a fleet seen steadily, not trickling in.
+    Without it a scale-out in cachewatch's first hour went unseen (docs/lab.md: four
+    llama-server replicas 14 minutes after the first record; ~30 requests a minute on
+    the one before them)."""
+    full = min(span, len(counts)) - 1
+    for k in range(persist - 1, full):
+        held = bool((counts[k - persist + 1 : k + 1] == counts[k]).all())
+        if held and volume[k] >= min_requests_per_replica * counts[k]:
+            return k
+    return full
 
 
 def replica_changes(
@@ -59,9 +83,7 @@ def replica_changes(
     counts = serving.sum(axis=1)
     volume = trailing.sum(axis=1)
 
-    # Counting starts at the first full trailing window: before it, the window holds
-    # less than an hour and a quiet start would look like replicas arriving.
-    first_full = min(span, len(ends)) - 1
+    first_full = _settled(counts, volume, span, persist, min_requests_per_replica)
     changes: list[ReplicaChange] = []
     current, current_set = int(counts[first_full]), serving[first_full]
     k = first_full + 1

@@ -149,3 +149,18 @@ def test_data_starting_in_a_quiet_night_is_not_a_change() -> None:
     # so every full trailing hour sees the four of them.
     rows = quiet(range(0, 240), FOUR, 10) + busy(range(240, 480), FOUR)
     assert replica_changes(frame(rows), BUCKET_S) == []
+
+
+def test_a_scale_out_in_the_first_hour_of_data_is_seen_once_the_fleet_was_steady() -> None:
+    """The lab (docs/lab.md): one replica for 14 minutes at ~30 requests a minute,
+    then four, with 60 s buckets: the single replica was a steady fleet, not replicas
+    trickling in, so the change is not held back until a full trailing hour."""
+    rows = busy(range(0, 14), ["r0"], 30) + busy(range(14, 30), FOUR, 4)
+    (change,) = replica_changes(frame(rows), 60)
+    assert (change.bucket_us, change.previous, change.replicas) == (14 * MINUTE_US, 1, 4)
+
+
+def test_replicas_trickling_in_at_the_start_of_data_are_not_a_change() -> None:
+    # four replicas, a request a minute round robin: 1, 2, 3, then 4 seen
+    rows = quiet(range(0, 40), FOUR, 1)
+    assert replica_changes(frame(rows), 60) == []
