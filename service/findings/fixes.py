@@ -60,9 +60,14 @@ def routing(carries_cache_key: bool) -> str:
     )
 
 
+#: The second sentence is what llama-server taught (docs/lab.md): it keeps one cache
+#: per slot and shares no prefix between slots, so a warmed start still costs one
+#: recompute on each other slot a parallel call lands on.
 COLD_FANOUT = (
     "warm the shared start before fanning out: send one request, wait for its first "
-    "token, then send the parallel calls (they all find the prefix cached)"
+    "token, then send the parallel calls (they all find the prefix cached). An engine "
+    "that keeps one cache per slot (llama-server) still recomputes it once on each "
+    "other slot a parallel call lands on"
 )
 
 
