@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 from openai import AsyncOpenAI
 
-from service.lab import report
+from service.lab import report, screenshot
 from service.lab.client import EngineTokens, Lab, Recorder
 from service.lab.engines import LabPaths, Managed, ReplicaConfig, start_replica, start_router
 from service.lab.phases import ASSISTANT, Phase
@@ -92,6 +92,8 @@ def _cachewatch_env(db: Path) -> dict[str, str]:
         "CACHEWATCH_DATABASE_URL": f"sqlite:///{db}",
         "CACHEWATCH_DETECT_BUCKET_S": str(BUCKET_S),
         "CACHEWATCH_DETECT_INTERVAL_S": str(BUCKET_S),
+        # loopback only: the dashboard's screenshot reads without a login
+        "CACHEWATCH_PUBLIC_READ": "true",
     }
 
 
@@ -215,6 +217,9 @@ def run(paths: LabPaths, settings: Settings) -> dict[str, Any]:
         fleet.stop()
     try:
         results = report.collect(cachewatch, token, windows, recorder, engine_totals, BUCKET_S)
+        minutes = math.ceil((windows[-1].end - windows[0].start) / 60) + 2
+        view = f"{cachewatch}/?service={ASSISTANT}&range={minutes}m&bucket=1m"
+        screenshot.dashboard(view, out / "dashboard.png")
     finally:
         stop_server(server)
     results["run"] = report.describe_run(run_id, settings, time.time() - began, sys.argv, paths)
