@@ -55,6 +55,7 @@ import orjson  # noqa: E402
 import polars as pl  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
+from dashboards.chromium import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 from service.analytics.definitions import CAUSES  # noqa: E402
 from service.rollups import segments  # noqa: E402
 from service.server_process import free_port, start_server, stop_server  # noqa: E402
@@ -68,16 +69,6 @@ MODELS = ["model-a", "model-b"]
 REPLICAS = [f"pod-{k}" for k in range(8)]
 PROMPTS = 3
 CAPACITY_RECORDS = 20_000
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 # --- building the database ----------------------------------------------------------

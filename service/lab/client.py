@@ -53,25 +53,22 @@ class Recorder:
         batch, self._pending = self._pending, []
         if not batch:
             return
-        response = await http.post(
-            f"{self.cachewatch}/v1/usage",
-            json=batch,
-            headers={"Authorization": f"Bearer {self.token}"},
-            timeout=30,
-        )
-        response.raise_for_status()
-        answer = response.json()
+        answer = await self._post(http, "/v1/usage", batch)
         if answer["rejected"]:
             raise RuntimeError(f"cachewatch rejected lab records: {answer['errors'][:3]}")
 
     async def post_event(self, http: httpx.AsyncClient, event: dict[str, Any]) -> None:
+        await self._post(http, "/v1/events", event)
+
+    async def _post(self, http: httpx.AsyncClient, path: str, payload: Any) -> Any:
         response = await http.post(
-            f"{self.cachewatch}/v1/events",
-            json=event,
+            f"{self.cachewatch}{path}",
+            json=payload,
             headers={"Authorization": f"Bearer {self.token}"},
             timeout=30,
         )
         response.raise_for_status()
+        return response.json()
 
     async def run(self, http: httpx.AsyncClient, stop: asyncio.Event) -> None:
         """Post what is pending every 2 s until `stop`, then once more."""

@@ -222,6 +222,8 @@ def run(paths: LabPaths, settings: Settings) -> dict[str, Any]:
         screenshot.dashboard(view, out / "dashboard.png")
     finally:
         stop_server(server)
-    results["run"] = report.describe_run(run_id, settings, time.time() - began, sys.argv, paths)
+    results["run"] = report.describe_run(
+        run_id, settings, time.time() - began, ["python", "-m", "service.lab", *sys.argv[1:]], paths
+    )
     report.save(out, results, recorder)
     return results

@@ -5,16 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-CHROMIUM = Path("/usr/bin/chromium")
-_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+from dashboards.chromium import CHROMIUM, CHROMIUM_ARGS
 
 
 def dashboard(url: str, out: Path) -> Path | None:
@@ -25,11 +16,11 @@ def dashboard(url: str, out: Path) -> Path | None:
     except ImportError:
         print("no screenshot: Playwright is not installed (make install)")
         return None
-    if not CHROMIUM.exists():
+    if not Path(CHROMIUM).exists():
         print(f"no screenshot: {CHROMIUM} is missing (apt-get install chromium)")
         return None
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=_ARGS)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.goto(url, wait_until="networkidle")

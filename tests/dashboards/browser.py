@@ -11,18 +11,8 @@ from typing import Any
 
 import pytest
 
+from dashboards.chromium import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import is_postgres_run, skip_or_fail
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 def require_chromium() -> None:

@@ -7,7 +7,8 @@ engine.
 
 The fixture (`recorded_run.json.gz`) holds the run's description (engine,
 router and model versions, the lab's command line), its phase windows, its
-posted events and every record it sent; docs/lab.md says how to record a new one.
+posted events, every record it sent and what the live run printed. To record a
+new one: `make lab`, then copy `.lab/results/<run>/recorded_run.json.gz` here.
 """
 
 from __future__ import annotations
