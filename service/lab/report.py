@@ -159,19 +159,23 @@ def collect(
         results = evaluate(http, windows, recorder.records, bucket_s)
     results["engine_counters"] = engine_totals
     results["records_totals"] = totals = _record_totals(recorder.records)
-    results["checks"].append(_check_counters(engine_totals, totals))
+    results["checks"].append(check_counters(engine_totals, totals))
     return results
 
 
-def _check_counters(engine: dict[str, float], records: dict[str, int]) -> dict[str, Any]:
-    """The replicas' own `/metrics` counters against the records' summed usage."""
-    prompt = engine.get("prompt_tokens_total", 0.0)
+def check_counters(engine: dict[str, float], records: dict[str, int]) -> dict[str, Any]:
+    """The replicas' own `/metrics` counters against the records' summed usage.
+    `llamacpp:prompt_tokens_total` counts the tokens prefilled (`timings.prompt_n`),
+    not the prompt: the prompt is prefilled plus cached (measured: exact)."""
+    prefilled = engine.get("prompt_tokens_total", 0.0)
     cached = engine.get("prompt_tokens_cached_total", 0.0)
+    prompt = prefilled + cached
     ok = prompt > 0 and abs(prompt - records["prompt_tokens"]) <= 0.01 * prompt
     ok = ok and abs(cached - records["cached_tokens"]) <= 0.01 * max(cached, 1.0)
     text = (
-        f"engine /metrics: {prompt:.0f} prompt, {cached:.0f} cached tokens; records: "
-        f"{records['prompt_tokens']} prompt, {records['cached_tokens']} cached"
+        f"engine /metrics: {prefilled:.0f} prefilled + {cached:.0f} cached = {prompt:.0f} "
+        f"prompt tokens; records: {records['prompt_tokens']} prompt, "
+        f"{records['cached_tokens']} cached"
     )
     return {"ok": ok, "text": text}
 
