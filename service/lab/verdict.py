@@ -10,6 +10,7 @@ still ride the previous state).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -39,8 +40,9 @@ def phase_of(ts: float, windows: list[Window], slack_s: float) -> str | None:
     for window in windows:
         if window.start <= ts < window.end:
             return window.key
-    near = [w for w in windows if w.start - slack_s <= ts < w.end + slack_s]
-    return near[0].key if near else None
+    distance = {w.key: max(w.start - ts, ts - w.end) for w in windows}
+    key, gap = min(distance.items(), key=lambda kv: kv[1], default=(None, math.inf))
+    return key if gap <= slack_s else None
 
 
 def check_regressions(
