@@ -137,5 +137,13 @@ def recovery_evidence(after: Stretch, recovered: Stretch | None) -> list[str]:
     ]
 
 
-def diagnose(before: Stretch, after: Stretch, segment_variants: SegmentVariants) -> Diagnosis:
-    return Diagnosis(cause_of(before, after), evidence_of(before, after, segment_variants))
+def diagnose(
+    before: Stretch,
+    after: Stretch,
+    segment_variants: SegmentVariants,
+    recovered: Stretch | None = None,
+) -> Diagnosis:
+    """Cause and evidence; `recovered`, the buckets after a recovery, adds how it
+    recovered (`recovery_evidence`)."""
+    evidence = evidence_of(before, after, segment_variants) + recovery_evidence(after, recovered)
+    return Diagnosis(cause_of(before, after), evidence)

@@ -15,8 +15,9 @@ provider order (tools first) would keep them seen; and the JSON of the
 serialization counts more tokens than the template renders, so a block run
 longer than the engine's own prompt would claim tokens the engine never had
 (`min(prompt_tokens, run * block_size)` then caps it at the whole prompt).
-Measured in the lab (docs/lab.md): with the engine's ids, the ceiling is the
-engine's own, token for token up to the last partial block.
+Measured in the lab (docs/lab.md): with the engine's ids the capture ratio of
+healthy phases was 1.008-1.013, the ceiling counting whole blocks where llama.cpp
+reuses token by token.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,8 +58,8 @@ class LabPaths:
         return self.venv / "bin" / "sglang-router"
 
 
-def _one(found: object) -> Path:
-    paths = sorted(found)  # type: ignore[call-overload]
+def _one(found: Iterable[Path]) -> Path:
+    paths = sorted(found)
     if not paths:
         raise FileNotFoundError("the lab is not installed: run `make lab` (lab/install.sh)")
     return Path(paths[0])

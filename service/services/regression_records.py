@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from service.analytics.costs import RegressionCost, Side, regression_cost
 from service.detection.changepoints import Drop, DropRule
-from service.detection.diagnosis import SegmentVariants, diagnose, recovery_evidence
+from service.detection.diagnosis import SegmentVariants, diagnose
 from service.detection.groups import Canary
 from service.detection.series import Series, Stretch, stretch
 from service.models import ChangeEvent, Regression
@@ -69,8 +69,9 @@ def record_drop(
     days = (int(series.bucket_us[drop.after.end - 1]) + bucket_us - first) / (86_400 * _US)
     event, lag_s = attribute(session, settings, service, model, change_us)
     recovered_us = None if drop.recovered_at is None else int(series.bucket_us[drop.recovered_at])
-    values = _values(before, after, variants, days, event, lag_s, recovered_us, now_us)
-    values["evidence"] += recovery_evidence(after, _recovered(series, drop))
+    values = _values(
+        before, after, variants, days, event, lag_s, recovered_us, now_us, _recovered(series, drop)
+    )
     return store(session, settings, key, group, change_us, values, now_us)
 
 
@@ -151,8 +152,9 @@ def _values(
     lag_s: float,
     recovered_us: int | None,
     now_us: int,
+    recovered: Stretch | None = None,
 ) -> dict[str, Any]:
-    diagnosis = diagnose(before, after, variants)
+    diagnosis = diagnose(before, after, variants, recovered)
     cost = _cost(before, after, days)
     return {
         "before": before.contract_view(),

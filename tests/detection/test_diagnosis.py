@@ -314,3 +314,12 @@ def test_a_recovery_onto_fewer_replicas_says_the_traffic_is_concentrated() -> No
 def test_a_recovery_on_as_many_replicas_or_unknown_ones_adds_nothing(replicas: int) -> None:
     assert recovery_evidence(stretch(replicas=4), stretch(replicas=replicas)) == []
     assert recovery_evidence(stretch(replicas=4), None) == []
+
+
+def test_diagnose_ends_its_evidence_with_how_it_recovered() -> None:
+    during = stretch(hit_rate=0.66, replicas=4)
+    found = diagnose(stretch(), during, NO_VARIANTS, stretch(replicas=1))
+    assert found.evidence[-1].startswith("since the recovery 1 of the 4 replicas")
+    assert diagnose(stretch(), during, NO_VARIANTS).evidence == evidence_of(
+        stretch(), during, NO_VARIANTS
+    )
