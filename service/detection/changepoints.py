@@ -218,6 +218,8 @@ def busy(w: Floats, wait: Floats | None = None) -> npt.NDArray[np.bool_]:
     (fewer callers), so the bar is higher (three quarters of a busy bucket's): 10%
     of the traffic with every request 5 times slower is still not busy.
     """
+    if not len(w):
+        return np.zeros(0, dtype=np.bool_)
     by_tokens = w >= BUSY_TOKENS * float(np.quantile(w, 0.75))
     if wait is None or not np.any(wait > 0):
         return by_tokens
@@ -225,13 +227,13 @@ def busy(w: Floats, wait: Floats | None = None) -> npt.NDArray[np.bool_]:
 
 
 def _busy_buckets_down(
-    y: Floats, w: Floats, before: Segment, after: Segment, wait: Floats | None
+    y: Floats, is_busy: npt.NDArray[np.bool_], before: Segment, after: Segment
 ) -> int:
-    """How many buckets of the after segment are `busy` and sit below the half-way
+    """How many buckets of the after segment are busy and sit below the half-way
     level."""
     midpoint = (before.level + after.level) / 2
     window = slice(after.start, after.end)
-    return int((busy(w, wait)[window] & (y[window] <= midpoint)).sum())
+    return int((is_busy[window] & (y[window] <= midpoint)).sum())
 
 
 def lasting_drops(y: Floats, w: Floats, rule: DropRule, wait: Floats | None = None) -> list[Drop]:
@@ -240,13 +242,14 @@ def lasting_drops(y: Floats, w: Floats, rule: DropRule, wait: Floats | None = No
     callers' summed wait for the first token, when known)."""
     parts = segments(y, w, rule)
     w_norm = w / w.mean() if len(w) else w
+    is_busy = busy(w, wait)  # once per series: its quantiles are the whole series'
     drops = []
     for i in range(1, len(parts)):
         before, after = parts[i - 1], parts[i]
         fall = before.level - after.level + _EPSILON
         if fall < rule.min_abs or fall < rule.min_rel * before.level:
             continue
-        if _busy_buckets_down(y, w, before, after, wait) < rule.min_buckets:
+        if _busy_buckets_down(y, is_busy, before, after) < rule.min_buckets:
             continue
         recovered = next(
             (

@@ -421,3 +421,4 @@ def test_a_quiet_nights_wait_falls_with_its_callers_and_confirms_nothing() -> No
 def test_without_waits_busy_is_by_prompt_tokens() -> None:
     w = np.array([100.0, 100.0, 40.0, 60.0])
     assert list(busy(w)) == list(busy(w, np.zeros(4))) == [True, True, False, True]
+    assert lasting_drops(np.array([]), np.array([]), RULE, np.array([])) == []
