@@ -175,44 +175,25 @@ def compute_request_metrics(
     reuse = _reuse(req, ts, ids, state, w_us)
     rewrite, opening, sessions = session_history(req, ts, ids, reuse.flat, reuse.counts, state)
 
-    prompt = ints(req["prompt_tokens"])
-    cached = ints(req["cached_tokens"])
     has_blocks = reuse.counts > 0
-    has_prefix = req["prefix_key"].is_not_null().to_numpy()
-    fingerprinted = has_blocks | has_prefix
-    first_key = np.where(
-        has_blocks,
+    first_block = (
         reuse.flat[np.minimum(offsets_of(reuse.counts), max(len(reuse.flat) - 1, 0))]
         if len(reuse.flat)
-        else 0,
-        ints(req["prefix_key"]),
+        else np.zeros(n, dtype=np.int64)
     )
-    cause = pl.Series("rewarm_cause", reuse.cause).replace_strict(
-        {code: name for name, code in _CODES.items()}, default=None, return_dtype=pl.String
-    )
-    results = pl.DataFrame(
-        {
-            "id": ids,
-            "ts_us": ts,
-            "fingerprinted": fingerprinted,
-            "seen_blocks": reuse.seen_blocks,
-            "cacheable_tokens": reuse.cacheable,
-            "rewarm_tokens": reuse.rewarm_tokens,
-            "is_rewarm": reuse.cause > 0,
-            "rewarm_cause": cause,
-            "rewarm_gap_us": reuse.gap_us,
-            "history_rewrite": rewrite,
-            "is_opening": opening,
-            "is_hit": is_hit(cached, prompt),
-            "first_key": first_key,
-            "first_key_is_prefix": ~has_blocks & has_prefix,
-        }
-    ).with_columns(
-        *[
-            pl.when(pl.col("fingerprinted")).then(pl.col(c)).otherwise(None).alias(c)
-            for c in ("first_key", "first_key_is_prefix")
-        ],
-        pl.when(pl.col("is_rewarm")).then(pl.col("rewarm_gap_us")).otherwise(None),
+    results = results_frame(
+        req,
+        ids=ids,
+        ts=ts,
+        has_blocks=has_blocks,
+        first_block=first_block,
+        seen_blocks=reuse.seen_blocks,
+        cacheable=reuse.cacheable,
+        rewarm_tokens=reuse.rewarm_tokens,
+        cause=reuse.cause,
+        gap_us=reuse.gap_us,
+        rewrite=rewrite,
+        opening=opening,
     )
     new_state = ReuseState(
         window_us=w_us,
@@ -221,6 +202,66 @@ def compute_request_metrics(
         sessions=sessions,
     )
     return results, new_state
+
+
+def results_frame(
+    req: pl.DataFrame,
+    *,
+    ids: I64,
+    ts: I64,
+    has_blocks: Bools,
+    first_block: I64,
+    seen_blocks: I64,
+    cacheable: I64,
+    rewarm_tokens: I64,
+    cause: np.ndarray,
+    gap_us: I64,
+    rewrite: Bools,
+    opening: Bools,
+) -> pl.DataFrame:
+    """The RESULT_SCHEMA frame from the per-request arrays (request order of `req`,
+    whose prompt_tokens, cached_tokens and prefix_key it reads). `cause` holds the
+    codes of `cause_codes` (0: no rewarm); `first_block` the first block hash of the
+    requests with blocks (anything elsewhere). Shared by this pass and the ClickHouse
+    one (service.clickhouse.analytics), so both build the same columns the same way."""
+    prompt = ints(req["prompt_tokens"])
+    cached = ints(req["cached_tokens"])
+    has_prefix = req["prefix_key"].is_not_null().to_numpy()
+    fingerprinted = has_blocks | has_prefix
+    first_key = np.where(has_blocks, first_block, ints(req["prefix_key"]))
+    names = pl.Series("rewarm_cause", cause).replace_strict(
+        {code: name for name, code in cause_codes().items()}, default=None, return_dtype=pl.String
+    )
+    return pl.DataFrame(
+        {
+            "id": ids,
+            "ts_us": ts,
+            "fingerprinted": fingerprinted,
+            "seen_blocks": seen_blocks,
+            "cacheable_tokens": cacheable,
+            "rewarm_tokens": rewarm_tokens,
+            "is_rewarm": cause > 0,
+            "rewarm_cause": names,
+            "rewarm_gap_us": gap_us,
+            "history_rewrite": rewrite,
+            "is_opening": opening,
+            "is_hit": is_hit(cached, prompt),
+            "first_key": first_key,
+            "first_key_is_prefix": ~has_blocks & has_prefix,
+        },
+        schema_overrides={"seen_blocks": pl.Int64(), "rewarm_gap_us": pl.Int64()},
+    ).with_columns(
+        *[
+            pl.when(pl.col("fingerprinted")).then(pl.col(c)).otherwise(None).alias(c)
+            for c in ("first_key", "first_key_is_prefix")
+        ],
+        pl.when(pl.col("is_rewarm")).then(pl.col("rewarm_gap_us")).otherwise(None),
+    )
+
+
+def cause_codes() -> dict[str, int]:
+    """Each cause's code in the arrays (0: no rewarm), by its place in CAUSES."""
+    return dict(_CODES)
 
 
 class _Reuse:
@@ -253,7 +294,7 @@ def _reuse(req: pl.DataFrame, ts: I64, ids: I64, state: ReuseState, w_us: int) -
     cacheable, rewarm_tokens, is_rewarm = _reuse_tokens(req, rows, run)
     out.seen_blocks, out.cacheable, out.rewarm_tokens = run, cacheable, rewarm_tokens
     rw = np.flatnonzero(is_rewarm)
-    out.cause, out.gap_us = _rewarm_causes(rows, occ, ts, run, rw, _profile_of(req, rw), w_us)
+    out.cause, out.gap_us = _rewarm_causes(rows, occ, ts, run, rw, profile_of(req, rw), w_us)
     del occ  # the largest arrays of the pass: gone before the entries are grouped
     out.entries = _next_entries(req, rows, ids, w_us)
     return out
@@ -383,12 +424,19 @@ def _seen_runs(rows: _Rows, occ: Occurrences, w_us: int) -> I64:
 
 
 def _reuse_tokens(req: pl.DataFrame, rows: _Rows, run: I64) -> tuple[I64, I64, Bools]:
+    return reuse_tokens(req, rows.counts, rows.prefix_rows() >= 0, run)
+
+
+def reuse_tokens(
+    req: pl.DataFrame, counts: I64, has_prefix: Bools, run: I64
+) -> tuple[I64, I64, Bools]:
     """Cacheable tokens, rewarm tokens and whether each request is a rewarm, from
-    its run of seen blocks (or its seen prefix key): contract section 4."""
+    its run of seen blocks (or its seen prefix key): contract section 4. `counts`:
+    blocks per request; `req` gives prompt_tokens, cached_tokens, block_size and
+    prefix_tokens."""
     prompt = ints(req["prompt_tokens"])
     cached = ints(req["cached_tokens"])
-    has_blocks = rows.counts > 0
-    has_prefix = rows.prefix_rows() >= 0
+    has_blocks = counts > 0
     prefix_only = has_prefix & ~has_blocks
     cacheable = np.where(
         has_blocks,
@@ -405,24 +453,24 @@ def _reuse_tokens(req: pl.DataFrame, rows: _Rows, run: I64) -> tuple[I64, I64, B
 
 
 @dataclass(frozen=True)
-class _Profile:
+class Profile:
     """The caching profile's say on each rewarm (arrays in the order of `rw`)."""
 
     below_minimum: Bools  # prompt_tokens < min_prompt_tokens (null or 0: never)
     ttl_us: F64  # ttl_s * 1e6, NaN where there is no TTL
 
 
-def _profile_of(req: pl.DataFrame, rw: I64) -> _Profile:
+def profile_of(req: pl.DataFrame, rw: I64) -> Profile:
     """The profile columns of the rewarms `rw` only (a gather, not a full column)."""
     at = pl.Series(rw)
     prompt = ints(req["prompt_tokens"].gather(at))
     minimum = ints(req["min_prompt_tokens"].gather(at))
     ttl_s = req["ttl_s"].gather(at).fill_null(np.nan).to_numpy().astype(np.float64)
-    return _Profile(below_minimum=prompt < minimum, ttl_us=ttl_s * 1e6)
+    return Profile(below_minimum=prompt < minimum, ttl_us=ttl_s * 1e6)
 
 
 def _rewarm_causes(
-    rows: _Rows, occ: Occurrences, ts: I64, run: I64, rw: I64, profile: _Profile, w_us: int
+    rows: _Rows, occ: Occurrences, ts: I64, run: I64, rw: I64, profile: Profile, w_us: int
 ) -> tuple[np.ndarray, I64]:
     """The cause code of each request (0 where `rw`, the rewarms, does not list
     it) and its gap to that carrier (0 likewise): the first cause that holds in the
@@ -438,22 +486,38 @@ def _rewarm_causes(
     last = _previous_sources(occ, deep)
     gap = ts[rw] - rows.src_ts[last]
     gaps[rw] = gap
-    below = profile.below_minimum
-    cause[rw[below]] = _BELOW_MINIMUM
-    # The most recent earlier carrier was still in prefill (null ttft: NaN, False).
-    concurrent = ~below & (gap < rows.src_ttft[last] * 1000.0)
-    cause[rw[concurrent]] = _CONCURRENT
-    # ... or started more than the TTL before r (no TTL: NaN, False).
-    expired = ~below & ~concurrent & (gap > profile.ttl_us)
-    cause[rw[expired]] = _EXPIRY
-    decided = below | concurrent | expired
-    no_replica = ~decided & (rows.rep_req[rw] < 0)
-    cause[rw[no_replica]] = _UNKNOWN
-    ask = ~decided & ~no_replica
+    first = first_causes(profile, gap, rows.src_ttft[last], rows.rep_req[rw] >= 0)
+    cause[rw] = first
+    ask = first == 0
     if ask.any():
         on_replica = _same_replica_within(occ, deep[ask], rows.src_ts, rows.src_rep, w_us)
-        cause[rw[ask]] = np.where(on_replica, _EVICTION, _ROUTING)
+        cause[rw[ask]] = replica_causes(on_replica)
     return cause, gaps
+
+
+def first_causes(profile: Profile, gap: I64, prev_ttft_ms: F64, has_replica: Bools) -> np.ndarray:
+    """The cause code of each rewarm that its own columns and its deepest seen
+    block's most recent earlier carrier decide, in the order of CAUSES; 0 where
+    only the replicas can tell (`replica_causes`). `gap`: microseconds since that
+    carrier started; `prev_ttft_ms`: its TTFT (NaN: none)."""
+    cause = np.zeros(len(gap), dtype=np.int8)
+    below = profile.below_minimum
+    # The most recent earlier carrier was still in prefill (null ttft: NaN, False).
+    concurrent = ~below & (gap < prev_ttft_ms * 1000.0)
+    # ... or started more than the TTL before r (no TTL: NaN, False).
+    expired = ~below & ~concurrent & (gap > profile.ttl_us)
+    no_replica = ~(below | concurrent | expired) & ~has_replica
+    cause[no_replica] = _UNKNOWN
+    cause[expired] = _EXPIRY
+    cause[concurrent] = _CONCURRENT
+    cause[below] = _BELOW_MINIMUM
+    return cause
+
+
+def replica_causes(on_replica: Bools) -> np.ndarray:
+    """Eviction where the rewarm's own replica carried its deepest seen block
+    within W, else routing."""
+    return np.where(on_replica, _EVICTION, _ROUTING).astype(np.int8)
 
 
 def _deepest_seen_rows(rows: _Rows, run: I64, rw: I64) -> I64:

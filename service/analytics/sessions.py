@@ -26,6 +26,14 @@ from service.analytics.state import SESSION_SCHEMA, ReuseState
 _COMPARE_CHUNK = 4_000_000
 
 
+def rewrite_need(prev_prompt: I64, prev_block_size: I64) -> I64:
+    """How many leading blocks a request must share with its session's previous
+    request not to be a rewrite: k = ceil(0.9 * full), `full` the previous
+    request's full blocks (prompt_tokens // block_size; 0 without a block size)."""
+    full = np.where(prev_block_size > 0, prev_prompt // np.maximum(prev_block_size, 1), 0)
+    return (9 * full + 9) // 10
+
+
 def session_history(
     req: pl.DataFrame,
     ts: I64,
@@ -74,9 +82,7 @@ def session_history(
     # Only batch requests with blocks, after a previous request with blocks.
     judged = (cur >= n_old) & (item_nb[cur] > 0) & (item_nb[prev] > 0)
     cur, prev = cur[judged], prev[judged]
-    bs = item_bs[prev]
-    full = np.where(bs > 0, item_prompt[prev] // np.maximum(bs, 1), 0)
-    need = (9 * full + 9) // 10
+    need = rewrite_need(item_prompt[prev], item_bs[prev])
     m = np.minimum(np.minimum(need, item_nb[cur]), item_nb[prev])
     hashes = np.concatenate([flat, old_flat]) if n_old else flat
     common = np.zeros(len(cur), dtype=np.int64)

@@ -1,0 +1,173 @@
+"""Two ways to talk to ClickHouse, one interface: `command`, `query` (a Polars
+frame back) and `insert` (a Polars frame in).
+
+- `chdb:///path/to/dir[?database=name]`: the ClickHouse engine in-process (PyPI
+  `chdb`), its data under the directory. For one machine, the demo and the tests.
+  chdb allows one data directory per process; several clients of one process share
+  it, each in its own database.
+- `http://[user[:password]@]host:8123[/database]` (or `https://`): a server, over
+  its HTTP interface (https://clickhouse.com/docs/interfaces/http) with httpx.
+  Inserts ask for `async_insert=1, wait_for_async_insert=1` where the server has
+  them (21.11 and newer): the server batches small inserts itself and answers only
+  once the rows are written, so an accepted batch is durable when the answer comes.
+  Older servers (Debian's 18.16) insert synchronously, which is durable too.
+
+Formats: frames come back as Arrow where the server speaks it (chdb, servers 21+)
+and as JSONEachRow otherwise (64-bit integers unquoted); inserts go as Arrow to
+chdb and as JSONEachRow to servers (any version reads it, and async inserts take it).
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import httpx
+import polars as pl
+
+#: An insert is answered once the server has written it (module docstring).
+ASYNC_INSERT = {"async_insert": 1, "wait_for_async_insert": 1}
+
+
+class ClickHouseError(RuntimeError):
+    """The server refused a statement (its message attached)."""
+
+
+class ClickHouse(Protocol):
+    database: str
+
+    def command(self, sql: str) -> None: ...
+
+    def query(self, sql: str, schema: Mapping[str, pl.DataType] | None = None) -> pl.DataFrame: ...
+
+    def insert(self, table: str, frame: pl.DataFrame) -> None: ...
+
+    def version(self) -> tuple[int, ...]: ...
+
+    def close(self) -> None: ...
+
+
+def connect(url: str) -> ClickHouse:
+    """A client for `url` (see the module docstring for the two forms)."""
+    parts = urlsplit(url)
+    if parts.scheme == "chdb":
+        database = parse_qs(parts.query).get("database", ["cachewatch"])[0]
+        return ChdbClient(Path(unquote(parts.path) or "./cachewatch-clickhouse"), database)
+    if parts.scheme in ("http", "https"):
+        database = parts.path.strip("/") or "default"
+        base = f"{parts.scheme}://{parts.hostname}:{parts.port or 8123}/"
+        auth = (unquote(parts.username), unquote(parts.password or "")) if parts.username else None
+        return HttpClient(base, database, auth)
+    raise ValueError(f"a ClickHouse URL is chdb:///dir or http(s)://host[:port]/db, not {url!r}")
+
+
+def _with_schema(frame: pl.DataFrame, schema: Mapping[str, pl.DataType] | None) -> pl.DataFrame:
+    if schema is None:
+        return frame
+    if frame.width == 0:
+        return pl.DataFrame(schema=dict(schema))
+    return frame.cast({k: v for k, v in schema.items() if k in frame.columns})
+
+
+class ChdbClient:
+    """The in-process engine. One connection per client, used by one thread at a
+    time (chdb connections are not thread-safe; the API answers on a thread pool)."""
+
+    def __init__(self, path: Path, database: str) -> None:
+        import chdb
+
+        self.database = database
+        self._lock = threading.Lock()
+        self._conn = chdb.connect(str(path))
+        self._conn.query(f"CREATE DATABASE IF NOT EXISTS {database}")
+        self._conn.query(f"USE {database}")
+
+    def command(self, sql: str) -> None:
+        with self._lock:
+            self._conn.query(sql)
+
+    def query(self, sql: str, schema: Mapping[str, pl.DataType] | None = None) -> pl.DataFrame:
+        with self._lock:
+            result = self._conn.query(sql, "ArrowStream")
+        data = result.bytes()
+        frame = pl.read_ipc_stream(io.BytesIO(data)) if data else pl.DataFrame()
+        return _with_schema(frame, schema)
+
+    def insert(self, table: str, frame: pl.DataFrame) -> None:
+        if frame.is_empty():
+            return
+        arrow = frame.to_arrow()  # noqa: F841 - read by name by chdb's Python() table
+        columns = ", ".join(frame.columns)
+        with self._lock:
+            self._conn.query(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM Python(arrow)")
+
+    def version(self) -> tuple[int, ...]:
+        return _version_of(self.query("SELECT version() AS v")["v"][0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+@dataclass
+class HttpClient:
+    """A ClickHouse server over HTTP. Thread-safe (httpx.Client is)."""
+
+    base_url: str
+    database: str
+    auth: tuple[str, str] | None = None
+    timeout_s: float = 300.0
+    _client: httpx.Client = field(init=False)
+    _version: tuple[int, ...] | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self._client = httpx.Client(base_url=self.base_url, auth=self.auth, timeout=self.timeout_s)
+        self._post("CREATE DATABASE IF NOT EXISTS " + self.database, database="default")
+
+    def _post(self, sql: str, body: bytes | None = None, **params: Any) -> bytes:
+        query = {"database": self.database, **params}
+        if body is None:
+            response = self._client.post("/", params=query, content=sql.encode())
+        else:
+            response = self._client.post("/", params={**query, "query": sql}, content=body)
+        if response.status_code != 200:
+            raise ClickHouseError(response.text.strip()[:2000])
+        return response.content
+
+    def version(self) -> tuple[int, ...]:
+        if self._version is None:
+            self._version = _version_of(self._post("SELECT version()").decode().strip())
+        return self._version
+
+    def command(self, sql: str) -> None:
+        self._post(sql)
+
+    def query(self, sql: str, schema: Mapping[str, pl.DataType] | None = None) -> pl.DataFrame:
+        if self.version() >= (21,):
+            data = self._post(sql + " FORMAT ArrowStream")
+            frame = pl.read_ipc_stream(io.BytesIO(data)) if data else pl.DataFrame()
+            return _with_schema(frame, schema)
+        data = self._post(sql + " FORMAT JSONEachRow", output_format_json_quote_64bit_integers=0)
+        if not data.strip():
+            return pl.DataFrame(schema=dict(schema) if schema else None)
+        return _with_schema(pl.read_ndjson(io.BytesIO(data), infer_schema_length=None), schema)
+
+    def insert(self, table: str, frame: pl.DataFrame) -> None:
+        if frame.is_empty():
+            return
+        settings = ASYNC_INSERT if self.version() >= (21, 11) else {}
+        columns = ", ".join(frame.columns)
+        body = frame.write_ndjson().encode()
+        self._post(f"INSERT INTO {table} ({columns}) FORMAT JSONEachRow", body=body, **settings)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _version_of(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.strip().strip('"').split(".") if p.isdigit())

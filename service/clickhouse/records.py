@@ -1,0 +1,176 @@
+"""Usage records in ClickHouse: their ids, their insert, and the pass's reads.
+
+Ids. ClickHouse has no sequence, so each API process makes its own, in the layout
+of Twitter's Snowflake: milliseconds since the epoch (41 bits), a random process
+salt (10 bits), a counter within the millisecond (12 bits). They increase with
+arrival within a process and break ties between equal `ts_us` as the relational
+ids do. Their time part is what makes a cursor possible: every record with an id
+below `id_floor(t)` was received before t, so once inserts take less than
+`clickhouse_visibility_lag_s`, every one of them is visible (`visible_high_id`).
+
+Duplicates. A record whose request_id is stored is a duplicate (contract
+section 1): the insert looks the batch's request_ids up first and stores only the
+new ones. Two batches racing with the same request_id can both pass that look-up;
+the tables' ReplacingMergeTree then keeps the first one received, and every read
+here is `FINAL`, so counts stay exact (docs/deployment.md, "Duplicates").
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from service.clickhouse.client import ClickHouse
+from service.usage_row import USAGE_COLUMNS
+
+_SEQ_BITS, _SALT_BITS = 12, 10
+_SHIFT = _SEQ_BITS + _SALT_BITS
+#: ReplacingMergeTree keeps the highest version: the lowest id, the first received.
+_VERSION_BASE = 2**63 - 1
+
+
+def id_floor(t_us: int) -> int:
+    """The smallest id a record received at or after `t_us` can have."""
+    return (t_us // 1000) << _SHIFT
+
+
+class IdSource:
+    """Snowflake-style ids for one process (module docstring). Thread-safe."""
+
+    def __init__(self, salt: int | None = None) -> None:
+        self._salt = random.getrandbits(_SALT_BITS) if salt is None else salt
+        self._lock = threading.Lock()
+        self._ms = 0
+        self._seq = 0
+
+    def take(self, n: int, now_us: int | None = None) -> np.ndarray:
+        """`n` increasing ids, received now."""
+        now_ms = (time.time_ns() // 1000 if now_us is None else now_us) // 1000
+        out = np.empty(n, dtype=np.int64)
+        with self._lock:
+            if now_ms > self._ms:
+                self._ms, self._seq = now_ms, 0
+            for i in range(n):
+                if self._seq == 1 << _SEQ_BITS:
+                    self._ms, self._seq = self._ms + 1, 0
+                out[i] = (self._ms << _SHIFT) | (self._salt << _SEQ_BITS) | self._seq
+                self._seq += 1
+        return out
+
+
+IDS = IdSource()
+
+
+def quote(text: str) -> str:
+    """A ClickHouse string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def stored_request_ids(ch: ClickHouse, request_ids: Sequence[str]) -> set[str]:
+    found: set[str] = set()
+    for start in range(0, len(request_ids), 5000):
+        chunk = ", ".join(quote(r) for r in request_ids[start : start + 5000])
+        frame = ch.query(
+            f"SELECT DISTINCT request_id FROM usage_records WHERE request_id IN ({chunk})",
+            {"request_id": pl.String()},
+        )
+        found.update(frame["request_id"].to_list())
+    return found
+
+
+def _blocks(blob: bytes | None) -> list[int]:
+    return [] if not blob else np.frombuffer(blob, dtype="<i8").tolist()
+
+
+def insert_usage(ch: ClickHouse, values: Iterable[tuple[Any, ...]], ids: IdSource = IDS) -> int:
+    """Rows in `usage_row_values` form with distinct request_ids: the ones not
+    stored yet are inserted (durable when this returns). Returns how many."""
+    rows = list(values)
+    if not rows:
+        return 0
+    at = USAGE_COLUMNS.index("request_id")
+    stored = stored_request_ids(ch, [r[at] for r in rows])
+    rows = [r for r in rows if r[at] not in stored]
+    if not rows:
+        return 0
+    columns = list(zip(*rows, strict=True))
+    data: dict[str, Any] = dict(zip(USAGE_COLUMNS, columns, strict=True))
+    blobs = data.pop("block_hashes")
+    new_ids = ids.take(len(rows))
+    frame = pl.DataFrame(
+        {
+            "id": new_ids,
+            "version": (_VERSION_BASE - new_ids).astype(np.uint64),
+            **{name: pl.Series(name, data[name], dtype=_DTYPES[name]) for name in data},
+            "has_blocks": pl.Series([b is not None for b in blobs], dtype=pl.UInt8),
+            "block_hashes": pl.Series([_blocks(b) for b in blobs], dtype=pl.List(pl.Int64)),
+        }
+    )
+    ch.insert("usage_records", frame)
+    return len(rows)
+
+
+_DTYPES: dict[str, pl.DataType] = {
+    "request_id": pl.String(),
+    "ts_us": pl.Int64(),
+    "received_us": pl.Int64(),
+    "service": pl.String(),
+    "model": pl.String(),
+    "prompt_tokens": pl.Int64(),
+    "cached_tokens": pl.Int64(),
+    "completion_tokens": pl.Int64(),
+    "ttft_ms": pl.Float64(),
+    "latency_ms": pl.Float64(),
+    "replica": pl.String(),
+    "deploy": pl.String(),
+    "session_id": pl.String(),
+    "cache_key": pl.String(),
+    "tenant": pl.String(),
+    "block_size": pl.Int64(),
+    "prefix_hash": pl.String(),
+    "prefix_key": pl.Int64(),
+    "prefix_tokens": pl.Int64(),
+    "segments": pl.String(),
+    "attributes": pl.String(),
+    "cache_write_tokens": pl.Int64(),
+    "cache_ttl_s": pl.Float64(),
+    "provider": pl.String(),
+    "scenario": pl.String(),
+}
+
+
+def visible_high_id(ch: ClickHouse, lag_s: float, now_us: int | None = None) -> int:
+    """The highest id the pass may read up to: every record below it is visible
+    (module docstring), and none above it is needed yet."""
+    now = time.time_ns() // 1000 if now_us is None else now_us
+    newest = int(ch.query("SELECT max(id) AS m FROM usage_records")["m"][0] or 0)
+    return min(newest, id_floor(now - round(lag_s * 1_000_000)) - 1)
+
+
+def new_records(ch: ClickHouse, after_id: int, high_id: int, mark: tuple[int, int] | None) -> Any:
+    """(count, earliest ts, earliest late ts or None, newest (ts, id)) of the
+    records with ids in (after_id, high_id]: late is at or before `mark`."""
+    late = "0"
+    if mark is not None:
+        late = f"ts_us < {int(mark[0])} OR (ts_us = {int(mark[0])} AND id <= {int(mark[1])})"
+    frame = ch.query(
+        f"""SELECT count() AS n, min(ts_us) AS first, countIf({late}) AS n_late,
+                   minIf(ts_us, {late}) AS first_late, max((ts_us, id)) AS newest
+            FROM usage_records FINAL WHERE id > {int(after_id)} AND id <= {int(high_id)}"""
+    )
+    row = frame.row(0, named=True)
+    newest = row["newest"]
+    if isinstance(newest, dict):
+        newest = tuple(newest.values())
+    return (
+        int(row["n"]),
+        int(row["first"] or 0),
+        int(row["first_late"]) if row["n_late"] else None,
+        (int(newest[0]), int(newest[1])),
+    )
