@@ -9,6 +9,7 @@ from service.alerts.cli import app as alerts_app
 from service.alerts.mrkdwn import visible
 from service.alerts.subject import group_text
 from service.alerts.wording import cost_phrase, pct
+from service.clickhouse import clickhouse_for
 from service.db import make_engine, make_sessionmaker
 from service.fingerprint.cli import app as diff_app
 from service.settings import Settings, get_settings
@@ -71,7 +72,7 @@ def worker() -> None:
     settings = get_settings()
     load_profiles_or_exit(settings)
     migrate()
-    jobs.run_forever(make_sessionmaker(make_engine(settings)), settings)
+    jobs.run_forever(make_sessionmaker(make_engine(settings), clickhouse_for(settings)), settings)
 
 
 @app.command()
@@ -88,7 +89,7 @@ def detect(
     settings = get_settings()
     load_profiles_or_exit(settings)
     engine = make_engine(settings)
-    with make_sessionmaker(engine).begin() as session:
+    with make_sessionmaker(engine, clickhouse_for(settings)).begin() as session:
         report = run_detection(session, settings, service)
         changed = [regression_to_json(r) for r in report.changed]
     engine.dispose()
@@ -152,7 +153,7 @@ def report(
     settings = get_settings()
     load_profiles_or_exit(settings)
     engine = make_engine(settings)
-    factory = make_sessionmaker(engine)
+    factory = make_sessionmaker(engine, clickhouse_for(settings))
     catch_up_before_read(factory, settings)
     with factory() as session:
         result = findings(
@@ -203,7 +204,7 @@ def retention(
 
     settings = get_settings()
     engine = make_engine(settings)
-    report = purge(make_sessionmaker(engine), settings)
+    report = purge(make_sessionmaker(engine, clickhouse_for(settings)), settings)
     engine.dispose()
     if as_json:
         typer.echo(orjson.dumps(dataclasses.asdict(report)).decode())

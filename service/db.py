@@ -9,6 +9,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
+from service.clickhouse import INFO_KEY
+from service.clickhouse.client import ClickHouse
 from service.settings import Settings
 
 
@@ -69,8 +71,13 @@ def _still_none(value: None) -> None:
     return value
 
 
-def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
-    return sessionmaker(engine, expire_on_commit=False)
+def make_sessionmaker(
+    engine: Engine, clickhouse: ClickHouse | None = None
+) -> sessionmaker[Session]:
+    """Sessions of `engine`; with `clickhouse` (service.clickhouse), each session
+    carries it for the repository functions of usage records."""
+    info = {} if clickhouse is None else {INFO_KEY: clickhouse}
+    return sessionmaker(engine, expire_on_commit=False, info=info)
 
 
 async def get_session(request: Request) -> AsyncIterator[Session]:

@@ -14,6 +14,16 @@ class Settings(BaseSettings):
 
     database_url: str = "sqlite:///./cachewatch.db"
     reuse_window_s: float = Field(3600.0, gt=0)
+    # Usage records, per-request results and block uses in ClickHouse instead
+    # (docs/deployment.md): chdb:///dir (in-process) or http://host:8123/database.
+    clickhouse_url: str | None = None
+    # The pass reads records received at least this long ago: an insert is visible
+    # by then (service.clickhouse.records); one found later has its hour recomputed.
+    # A read of the rollups waits this long first, to count what was just accepted.
+    clickhouse_visibility_lag_s: float = Field(1.0, ge=0)
+    # The pass's block-level step runs as this many statements, one per shard of
+    # cityHash64(model, key): each holds only its shard's keys in memory.
+    clickhouse_pass_shards: int = Field(4, ge=1, le=1024)
     detect_bucket_s: int = Field(300, gt=0)
     detect_interval_s: int = Field(300, gt=0)
     slack_webhook_url: str | None = None

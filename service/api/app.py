@@ -27,6 +27,7 @@ from service.api.routers import (
     rejected,
     usage,
 )
+from service.clickhouse import clickhouse_for
 from service.db import make_engine, make_sessionmaker
 from service.profiles import profiles_for
 from service.services.tokens import TokenCache
@@ -76,7 +77,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # file and line) and the app does not start.
     app.state.profiles = profiles_for(settings)
     app.state.engine = make_engine(settings)
-    app.state.sessionmaker = make_sessionmaker(app.state.engine)
+    app.state.sessionmaker = make_sessionmaker(app.state.engine, clickhouse_for(settings))
     app.state.token_cache = TokenCache(settings.token_cache_s)
     install_error_handlers(app)
     app.add_exception_handler(405, _method_not_allowed)

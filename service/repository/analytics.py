@@ -11,6 +11,8 @@ from sqlalchemy import cast as cast_
 from sqlalchemy.orm import Session
 
 from service.analytics.definitions import SUM_DTYPES
+from service.clickhouse import clickhouse_of
+from service.clickhouse import reads as ch_reads
 from service.models import (
     AnalyticsCursor,
     AnalyticsState,
@@ -225,6 +227,8 @@ def load_session_seeds(
 
 
 def distinct_models(session: Session, limit: int) -> list[str]:
+    if (ch := clickhouse_of(session)) is not None:
+        return ch_reads.distinct_models(ch, limit)
     query = select(USAGE_TABLE.c.model).distinct().limit(limit)
     return list(session.scalars(query).all())
 
@@ -233,6 +237,8 @@ def load_block_frame(
     session: Session, *, model: str | None, from_us: int | None, to_us: int | None
 ) -> pl.DataFrame:
     """Only what the capacity replay reads: requests with block hashes, in order."""
+    if (ch := clickhouse_of(session)) is not None:
+        return ch_reads.load_block_frame(ch, model=model, from_us=from_us, to_us=to_us)
     table = USAGE_TABLE
     names = ["id", "ts_us", "model", "prompt_tokens", "block_size", "block_hashes"]
     query = select(*[table.c[n] for n in names]).where(table.c.block_hashes.is_not(None))

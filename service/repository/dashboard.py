@@ -16,6 +16,8 @@ from sqlalchemy import ColumnElement, Select, Table, case, func, select, union_a
 from sqlalchemy.orm import Session
 
 from service.analytics.definitions import as_sum
+from service.clickhouse import clickhouse_of
+from service.clickhouse import reads as ch_reads
 from service.models import Alert, ChangeEvent, Regression
 from service.repository.analytics import PREFIX_TABLE
 from service.repository.series import CHART_TABLE, PREFIX_SUMS, Segment, scope_condition
@@ -132,6 +134,8 @@ def latest_block_frame(
 ) -> pl.DataFrame:
     """The latest `limit` requests with block hashes of the model in [from_us, to_us),
     in (ts_us, id) order: what a bounded capacity replay reads."""
+    if (ch := clickhouse_of(session)) is not None:
+        return ch_reads.load_block_frame(ch, model=model, from_us=from_us, to_us=to_us, limit=limit)
     usage = USAGE_TABLE.c
     query = (
         select(*[usage[name] for name in BLOCK_FRAME_SCHEMA])
@@ -154,6 +158,8 @@ def newest_usage_id(session: Session) -> int:
     cached answers and replays. Unlike `repository.max_usage_id` it takes no lock and
     does not wait for in-flight batches: a dashboard answer may lag a concurrent
     batch by one refresh, and a read must not queue behind ingestion."""
+    if (ch := clickhouse_of(session)) is not None:
+        return ch_reads.newest_id(ch)
     return int(session.scalar(select(func.coalesce(func.max(USAGE_TABLE.c.id), 0))) or 0)
 
 

@@ -2,13 +2,15 @@
 Callers pass a session; nothing here commits."""
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 import polars as pl
 from sqlalchemy import Table, func, select, text
 from sqlalchemy.orm import Session
 
+from service.clickhouse import clickhouse_of
+from service.clickhouse import reads as ch_reads
 from service.models import ChangeEvent, Regression, Rollup, UsageRecord
 
 ROLLUPS = cast(Table, Rollup.__table__)
@@ -53,6 +55,8 @@ def replica_minutes(session: Session, service: str, model: str, since_us: int) -
 def replica_first_ts(
     session: Session, service: str, model: str, replica: str, from_us: int
 ) -> int | None:
+    if (ch := clickhouse_of(session)) is not None:
+        return ch_reads.replica_ts(ch, service, model, replica, f"ts_us >= {int(from_us)}")
     return session.scalar(
         select(func.min(USAGE.c.ts_us)).where(
             USAGE.c.service == service,
@@ -66,6 +70,8 @@ def replica_first_ts(
 def replica_last_ts(
     session: Session, service: str, model: str, replica: str, before_us: int
 ) -> int | None:
+    if (ch := clickhouse_of(session)) is not None:
+        return ch_reads.replica_ts(ch, service, model, replica, f"ts_us < {int(before_us)}")
     return session.scalar(
         select(func.max(USAGE.c.ts_us)).where(
             USAGE.c.service == service,
@@ -89,6 +95,8 @@ def deploy_first_minutes(session: Session, since_us: int) -> list[tuple[str, str
 def deploy_first_record(
     session: Session, service: str, deploy: str, from_us: int
 ) -> tuple[int, str] | None:
+    if (ch := clickhouse_of(session)) is not None:
+        return ch_reads.deploy_first_record(ch, service, deploy, from_us)
     row = session.execute(
         select(USAGE.c.ts_us, USAGE.c.model)
         .where(USAGE.c.service == service, USAGE.c.deploy == deploy, USAGE.c.ts_us >= from_us)
@@ -131,18 +139,9 @@ def segment_variants_per_hour(
     the mean number of requests per hour (to tell a part that became unique from
     one that merely follows the traffic). `group`: only the records whose field
     (`scenario`, `tenant` or `deploy`) has that value."""
-    query = select(USAGE.c.ts_us, USAGE.c.segments).where(
-        USAGE.c.service == service,
-        USAGE.c.model == model,
-        USAGE.c.ts_us >= from_us,
-        USAGE.c.ts_us < to_us,
-        USAGE.c.segments.is_not(None),
-    )
-    if group is not None:
-        query = query.where(USAGE.c[group[0]] == group[1])
     variants: dict[tuple[str, int], set[Any]] = defaultdict(set)
     requests: dict[int, int] = defaultdict(int)
-    for ts_us, segments in session.execute(query):
+    for ts_us, segments in _segment_rows(session, service, model, from_us, to_us, group):
         hour = ts_us // 3_600_000_000
         requests[hour] += 1
         for segment in segments or ():
@@ -154,6 +153,28 @@ def segment_variants_per_hour(
         per_name[name] += len(hashes)
     hours = len(requests)
     return {name: total / hours for name, total in per_name.items()}, sum(requests.values()) / hours
+
+
+def _segment_rows(
+    session: Session,
+    service: str,
+    model: str,
+    from_us: int,
+    to_us: int,
+    group: tuple[str, str] | None,
+) -> Iterable[tuple[int, Any]]:
+    if (ch := clickhouse_of(session)) is not None:
+        return ch_reads.segment_rows(ch, service, model, from_us, to_us, group)
+    query = select(USAGE.c.ts_us, USAGE.c.segments).where(
+        USAGE.c.service == service,
+        USAGE.c.model == model,
+        USAGE.c.ts_us >= from_us,
+        USAGE.c.ts_us < to_us,
+        USAGE.c.segments.is_not(None),
+    )
+    if group is not None:
+        query = query.where(USAGE.c[group[0]] == group[1])
+    return [(int(ts), segments) for ts, segments in session.execute(query)]
 
 
 def find_regression(

@@ -11,6 +11,8 @@ from sqlalchemy import Table, select
 from sqlalchemy.orm import Session
 
 from service.analytics.definitions import SUM_DTYPES
+from service.clickhouse import clickhouse_of
+from service.clickhouse import reads as ch_reads
 from service.models import ChartRollup
 from service.repository.usage import USAGE_TABLE
 
@@ -67,6 +69,8 @@ def newest_record(
     session: Session, service: str, model: str, to_us: int | None
 ) -> tuple[str | None, float | None] | None:
     """(provider, cache_ttl_s) of the newest record of a scope before `to_us`."""
+    if (ch := clickhouse_of(session)) is not None:
+        return ch_reads.newest_record(ch, service, model, to_us)
     u = USAGE_TABLE.c
     query = select(u.provider, u.cache_ttl_s).where(u.service == service, u.model == model)
     if to_us is not None:

@@ -5,6 +5,8 @@ here commits."""
 from sqlalchemy import Table, select
 from sqlalchemy.orm import Session
 
+from service.clickhouse import clickhouse_of
+from service.clickhouse import reads as ch_reads
 from service.models import AnalyticsCursor, AnalyticsState
 from service.repository.usage import REJECTED_TABLE, USAGE_TABLE
 
@@ -63,7 +65,13 @@ def delete_old_usage(
     session: Session, *, after_id: int, up_to_id: int, before_us: int, limit: int
 ) -> tuple[int, int] | None:
     """Delete up to `limit` usage records with `ts_us < before_us` and an id in
-    (after_id, up_to_id]; returns (deleted, last id examined), None when done."""
+    (after_id, up_to_id]; returns (deleted, last id examined), None when done.
+    On ClickHouse: the day partitions wholly before `before_us`, in one step (its
+    records of a day go when the whole day is past the cutoff)."""
+    if (ch := clickhouse_of(session)) is not None:
+        if after_id >= up_to_id:
+            return None
+        return ch_reads.drop_days_before(ch, before_us), up_to_id
     found = _next_range(session, USAGE_TABLE, "ts_us", after_id, up_to_id, before_us, limit)
     if found is None:
         return None

@@ -11,6 +11,8 @@ from sqlalchemy import Table, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
+from service.clickhouse import clickhouse_of
+from service.clickhouse import records as ch_records
 from service.models import RejectedRecord
 from service.repository.locks import HOLD_INGEST_LOCK
 from service.repository.sqlite_insert import plan_inserts
@@ -29,6 +31,8 @@ def insert_usage_values(session: Session, values: Iterable[tuple[Any, ...]]) -> 
     distinct request_ids, in order, skipping any whose request_id is already stored
     (also by a concurrent writer). Returns how many were inserted. `values` may be
     lazy: an exception it raises leaves none of its rows stored, and propagates."""
+    if (ch := clickhouse_of(session)) is not None:
+        return ch_records.insert_usage(ch, values)
     rows = iter(values)
     first = next(rows, None)
     if first is None:

@@ -30,6 +30,7 @@ from service import repository
 from service.analytics.definitions import SUM_COLUMNS
 from service.analytics.requests import compute_request_metrics
 from service.analytics.state import UNBOUNDED_US, ReuseState, earliest_late, plan_from
+from service.clickhouse import clickhouse_of
 from service.profiles import Profiles, profiles_for
 from service.repository import groups as groups_repo
 from service.repository import retention as retention_repo
@@ -56,7 +57,12 @@ class PassReport:
 
 
 def catch_up(session: Session, settings: Settings) -> PassReport:
-    """Bring the rollups up to every committed record. Idempotent; one at a time."""
+    """Bring the rollups up to every committed record. Idempotent; one at a time.
+    With ClickHouse holding the records, its own pass does (clickhouse_pass)."""
+    if (ch := clickhouse_of(session)) is not None:
+        from service.services import clickhouse_pass
+
+        return clickhouse_pass.catch_up(session, settings, ch)
     repository.take_analytics_lock(session)
     chart_rollups.ensure_built(session)
     high = repository.max_usage_id(session)
@@ -68,7 +74,7 @@ def catch_up(session: Session, settings: Settings) -> PassReport:
     profiles = profiles_for(settings)
     batch = profiles.annotate(repository.load_usage_frame(session, after_id=low, up_to_id=high))
     window_s = settings.reuse_window_s
-    exact_from = _exact_from(session, round(window_s * 1_000_000))
+    exact_from = exact_from_us(session, round(window_s * 1_000_000))
     if exact_from:
         # Retention deleted history before this: older late records are stored but
         # not counted (rebuilding their hour would drop what the deleted ones added).
@@ -83,7 +89,7 @@ def catch_up(session: Session, settings: Settings) -> PassReport:
     if recompute_from is None:
         tail_us = state.watermark[0] if state is not None and state.watermark else None
         results, state = compute_request_metrics(batch, window_s, state)
-        _add_to_rollups(
+        add_to_rollups(
             session, batch, results, settings.group_values_kept, segments_from_us=tail_us
         )
     else:
@@ -97,7 +103,7 @@ def catch_up(session: Session, settings: Settings) -> PassReport:
     return PassReport(batch.height, recompute_from)
 
 
-def _exact_from(session: Session, window_us: int) -> int:
+def exact_from_us(session: Session, window_us: int) -> int:
     """The first hour whose results can still be rebuilt exactly: every record from
     W before it is on record (retention deletes only before its horizon)."""
     horizon = retention_repo.get_horizon(session)
@@ -140,6 +146,19 @@ def _recompute(
         frame = pl.concat([seed_rows, frame]).unique("id", keep="first")
     frame = profiles.annotate(frame)
     results, new_state = compute_request_metrics(frame, settings.reuse_window_s, plan_state)
+    replace_rollups_from(session, settings, from_us, frame, results)
+    return new_state
+
+
+def replace_rollups_from(
+    session: Session,
+    settings: Settings,
+    from_us: int,
+    records: pl.DataFrame,
+    results: pl.DataFrame,
+) -> None:
+    """Every rollup from `from_us` (an hour) on, rebuilt from these records' results
+    (those before `from_us` are only context and are left out)."""
     repository.delete_rollups_from(session, from_us)
     segments_repo.delete_segment_rollups_from(session, from_us)
     groups_repo.delete_group_rollups(session, from_us)
@@ -149,14 +168,13 @@ def _recompute(
     # from_us restarts from its hours before from_us.
     chart_rollups.rebuild_prefix_days(session, from_us)
     kept = settings.group_values_kept
-    _add_to_rollups(
-        session, frame, results.filter(pl.col("ts_us") >= from_us), kept, recompute=True
+    add_to_rollups(
+        session, records, results.filter(pl.col("ts_us") >= from_us), kept, recompute=True
     )
     chart_rollups.rebuild_from(session, from_us)
-    return new_state
 
 
-def _add_to_rollups(
+def add_to_rollups(
     session: Session,
     records: pl.DataFrame,
     results: pl.DataFrame,

@@ -13,6 +13,8 @@ transaction of its own, committed before the route's session starts, so
 * the route's own session only reads, and does not hold the analytics lock (or, on
   SQLite, the write lock) while it builds its answer."""
 
+import time
+
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.services import analytics_pass
@@ -24,6 +26,12 @@ def catch_up_before_read(
 ) -> analytics_pass.PassReport:
     """WRITES: run the analytics pass over every record committed so far and COMMIT it,
     in a session of `factory` of its own, before a read of the rollups. Blocking (run it
-    on a worker thread from async code); waits for a pass running elsewhere."""
+    on a worker thread from async code); waits for a pass running elsewhere.
+
+    With ClickHouse it first waits out the visibility lag: the pass reads the
+    records received up to that long ago (service.clickhouse.records), and the
+    record just acknowledged must be among them."""
+    if settings.clickhouse_url:
+        time.sleep(settings.clickhouse_visibility_lag_s)
     with factory.begin() as session:
         return analytics_pass.catch_up(session, settings)

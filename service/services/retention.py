@@ -116,4 +116,5 @@ def run_job(session: Session, settings: Settings) -> RetentionReport:
     """The worker's entry (`service.worker.jobs`): like alert delivery, retention
     commits batch by batch, so it leaves the job's session unused and opens short
     sessions on the same bind."""
-    return purge(sessionmaker(bind=session.get_bind(), expire_on_commit=False), settings)
+    factory = sessionmaker(bind=session.get_bind(), expire_on_commit=False, info=dict(session.info))
+    return purge(factory, settings)

@@ -1,0 +1,166 @@
+"""The repository's reads of usage records, answered from ClickHouse: each function
+here is the ClickHouse side of the `service.repository` function of the same name
+(those dispatch here when the session carries a client; see
+service.clickhouse.clickhouse_of). Every read is `FINAL`, so a request stored twice
+by a racing retry counts once."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import polars as pl
+
+from service.clickhouse.client import ClickHouse
+from service.clickhouse.records import quote
+
+_BLOCK_SCHEMA: dict[str, pl.DataType] = {
+    "id": pl.Int64(),
+    "ts_us": pl.Int64(),
+    "model": pl.String(),
+    "prompt_tokens": pl.Int64(),
+    "block_size": pl.Int64(),
+    "block_hashes": pl.List(pl.Int64()),
+}
+
+
+def _where(*conditions: str | None) -> str:
+    kept = [c for c in conditions if c]
+    return " AND ".join(kept) if kept else "1"
+
+
+def _packed(frame: pl.DataFrame) -> pl.DataFrame:
+    """block_hashes as the relational blobs (little-endian int64), which the
+    capacity replay reads."""
+    blobs = [
+        pl.Series(h, dtype=pl.Int64).to_numpy().astype("<i8").tobytes()
+        for h in frame["block_hashes"].to_list()
+    ]
+    return frame.with_columns(pl.Series("block_hashes", blobs, dtype=pl.Binary))
+
+
+def load_block_frame(
+    ch: ClickHouse, *, model: str | None, from_us: int | None, to_us: int | None, limit: int = 0
+) -> pl.DataFrame:
+    """Requests with block hashes, in (ts_us, id) order; `limit`: only the newest."""
+    where = _where(
+        "has_blocks = 1",
+        None if model is None else f"model = {quote(model)}",
+        None if from_us is None else f"ts_us >= {int(from_us)}",
+        None if to_us is None else f"ts_us < {int(to_us)}",
+    )
+    columns = ", ".join(_BLOCK_SCHEMA)
+    if limit:
+        sql = (
+            f"SELECT {columns} FROM usage_records FINAL WHERE {where} "
+            f"ORDER BY ts_us DESC, id DESC LIMIT {int(limit)}"
+        )
+    else:
+        sql = f"SELECT {columns} FROM usage_records FINAL WHERE {where}"
+    frame = ch.query(sql, _BLOCK_SCHEMA).sort(["ts_us", "id"])
+    return _packed(frame)
+
+
+def distinct_models(ch: ClickHouse, limit: int) -> list[str]:
+    frame = ch.query(
+        f"SELECT DISTINCT model FROM usage_records LIMIT {int(limit)}", {"model": pl.String()}
+    )
+    return frame["model"].to_list()
+
+
+def newest_id(ch: ClickHouse) -> int:
+    return int(ch.query("SELECT max(id) AS m FROM usage_records")["m"][0] or 0)
+
+
+def _scalar(ch: ClickHouse, sql: str) -> int | None:
+    frame = ch.query(sql)
+    if frame.height == 0 or frame.row(0)[0] is None or int(frame.row(0)[1]) == 0:
+        return None
+    return int(frame.row(0)[0])
+
+
+def replica_ts(ch: ClickHouse, service: str, model: str, replica: str, bound: str) -> int | None:
+    """min or max ts of a replica's records (`bound`: the ts condition; min when it
+    is a lower bound)."""
+    agg = "min" if ">=" in bound else "max"
+    where = _where(
+        f"service = {quote(service)}", f"model = {quote(model)}", f"replica = {quote(replica)}"
+    )
+    return _scalar(
+        ch, f"SELECT {agg}(ts_us) AS v, count() AS n FROM usage_records WHERE {where} AND {bound}"
+    )
+
+
+def deploy_first_record(
+    ch: ClickHouse, service: str, deploy: str, from_us: int
+) -> tuple[int, str] | None:
+    frame = ch.query(
+        f"""SELECT ts_us, model FROM usage_records FINAL
+            WHERE service = {quote(service)} AND deploy = {quote(deploy)}
+              AND ts_us >= {int(from_us)}
+            ORDER BY ts_us, id LIMIT 1""",
+        {"ts_us": pl.Int64(), "model": pl.String()},
+    )
+    return None if frame.height == 0 else (int(frame["ts_us"][0]), str(frame["model"][0]))
+
+
+def segment_rows(
+    ch: ClickHouse,
+    service: str,
+    model: str,
+    from_us: int,
+    to_us: int,
+    group: tuple[str, str] | None,
+) -> list[tuple[int, Any]]:
+    """(ts_us, segments) of the records with segments: what
+    `segment_variants_per_hour` counts."""
+    if group is not None and group[0] not in ("scenario", "tenant", "deploy"):
+        raise ValueError(f"not a group field: {group[0]}")
+    where = _where(
+        f"service = {quote(service)}",
+        f"model = {quote(model)}",
+        f"ts_us >= {int(from_us)}",
+        f"ts_us < {int(to_us)}",
+        "isNotNull(segments)",
+        None if group is None else f"{group[0]} = {quote(group[1])}",
+    )
+    frame = ch.query(
+        f"SELECT ts_us, segments FROM usage_records FINAL WHERE {where}",
+        {"ts_us": pl.Int64(), "segments": pl.String()},
+    )
+    return [(ts, orjson.loads(text)) for ts, text in frame.iter_rows()]
+
+
+def newest_record(
+    ch: ClickHouse, service: str, model: str, to_us: int | None
+) -> tuple[str | None, float | None] | None:
+    where = _where(
+        f"service = {quote(service)}",
+        f"model = {quote(model)}",
+        None if to_us is None else f"ts_us < {int(to_us)}",
+    )
+    frame = ch.query(
+        f"SELECT provider, cache_ttl_s FROM usage_records WHERE {where} "
+        "ORDER BY ts_us DESC LIMIT 1",
+        {"provider": pl.String(), "cache_ttl_s": pl.Float64()},
+    )
+    return None if frame.height == 0 else (frame["provider"][0], frame["cache_ttl_s"][0])
+
+
+def drop_days_before(ch: ClickHouse, before_us: int) -> int:
+    """Retention: drop the day partitions (UTC days of `ts_us`, named YYYYMMDD)
+    wholly before `before_us` from the three tables; returns how many usage records
+    they held."""
+    cut = int(datetime.fromtimestamp(before_us / 1e6, UTC).strftime("%Y%m%d"))
+    frame = ch.query(
+        """SELECT partition AS p, sum(rows) AS n FROM system.parts
+           WHERE database = currentDatabase() AND table = 'usage_records' AND active
+           GROUP BY partition""",
+        {"p": pl.String(), "n": pl.Int64()},
+    )
+    days = {int(p.strip("'")): int(n) for p, n in frame.iter_rows() if int(p.strip("'")) < cut}
+    for day in days:
+        for table in ("usage_records", "block_uses", "request_results"):
+            ch.command(f"ALTER TABLE {table} DROP PARTITION {day}")
+    return sum(days.values())

@@ -1,0 +1,135 @@
+"""The analytics pass of a ClickHouse deployment: the same rollups as
+`analytics_pass`, from records ClickHouse holds, computed by SQL there
+(service.clickhouse.analytics).
+
+It follows the relational pass's plan, with ids from ClickHouse:
+
+* the cursor is the highest id read (`visible_high_id`: records received at least
+  `clickhouse_visibility_lag_s` ago), kept under the relational pass's own cursor
+  name, so retention and health read it as they always have;
+* a forward pass (every new record after the watermark, the newest (ts, id)
+  computed) computes the new records only, each once, and merges their sums into
+  the tail buckets;
+* late records rebuild from the hour of the earliest one, as `analytics_pass`
+  does: the SQL reads W before that hour itself, so no state is kept but the
+  watermark;
+* a changed W rebuilds everything still on record.
+
+The per-request results are written to ClickHouse's `request_results` (the
+latest pass's row of a request is the one that counts) and the rollups to the
+relational database, in the caller's transaction. A record that became visible
+only after the cursor passed its id (an insert slower than the lag) is found by
+`_stragglers` within `RECHECK_US` of ids below the cursor, and handled as a late
+record.
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+import polars as pl
+from sqlalchemy.orm import Session
+
+from service import repository
+from service.analytics._arrays import window_us
+from service.clickhouse import analytics as ch_analytics
+from service.clickhouse import records as ch_records
+from service.clickhouse.client import ClickHouse
+from service.clickhouse.pass_sql import Scope
+from service.profiles import profiles_for
+from service.services import chart_rollups
+from service.services.analytics_pass import (
+    CURSOR,
+    STATE,
+    PassReport,
+    add_to_rollups,
+    exact_from_us,
+    replace_rollups_from,
+)
+from service.settings import Settings
+
+_HOUR_US = 3600 * 1_000_000
+#: How far below the cursor (in id time) each pass looks for records that became
+#: visible late.
+RECHECK_US = 600 * 1_000_000
+
+
+def catch_up(session: Session, settings: Settings, ch: ClickHouse) -> PassReport:
+    """Bring the rollups up to every visible record. Idempotent; one at a time."""
+    repository.take_analytics_lock(session)
+    chart_rollups.ensure_built(session)
+    low = repository.get_cursor(session, CURSOR)
+    high = max(low, ch_records.visible_high_id(ch, settings.clickhouse_visibility_lag_s))
+    w_us = window_us(settings.reuse_window_s)
+    mark_window, mark = _watermark(session)
+    exact_from = exact_from_us(session, w_us)
+    straggler = _stragglers(ch, low, exact_from) if mark is not None else None
+    count, first_ts, first_late, newest = ch_records.new_records(ch, low, high, mark)
+    if count == 0 and straggler is None:
+        repository.set_cursor(session, CURSOR, high, time.time_ns() // 1000)
+        return PassReport(0, None)
+    if mark_window is not None and mark_window != w_us:
+        recompute_from: int | None = exact_from
+    else:
+        late = [ts for ts in (first_late, straggler) if ts is not None]
+        recompute_from = (min(late) // _HOUR_US) * _HOUR_US if late else None
+        if recompute_from is not None:
+            recompute_from = max(recompute_from, exact_from)
+    annotate = profiles_for(settings).annotate
+    shards = settings.clickhouse_pass_shards
+    if recompute_from is None:
+        scope = Scope(max(first_ts, exact_from), high, w_us, after_id=low)
+        records, results = ch_analytics.compute(ch, scope, shards, annotate)
+        _store_results(ch, results)
+        tail_us = mark[0] if mark is not None else None
+        kept = settings.group_values_kept
+        add_to_rollups(session, records, results, kept, segments_from_us=tail_us)
+    else:
+        scope = Scope(recompute_from, high, w_us)
+        records, results = ch_analytics.compute(ch, scope, shards, annotate)
+        _store_results(ch, results)
+        replace_rollups_from(session, settings, recompute_from, records, results)
+    if count:
+        mark = newest if mark is None else max(mark, newest)
+    _save_watermark(session, w_us, mark)
+    repository.set_cursor(session, CURSOR, high, time.time_ns() // 1000)
+    return PassReport(count, recompute_from)
+
+
+def _stragglers(ch: ClickHouse, low: int, exact_from: int) -> int | None:
+    """The earliest ts of records at or below the cursor, within RECHECK_US of it,
+    that no pass has computed: they became visible after the cursor passed."""
+    floor = low - ch_records.id_floor(RECHECK_US)
+    frame = ch.query(
+        f"""SELECT min(ts_us) AS ts, count() AS n FROM usage_records FINAL
+            WHERE id > {int(floor)} AND id <= {int(low)} AND ts_us >= {int(exact_from)}
+              AND id NOT IN (
+                SELECT id FROM request_results WHERE id > {int(floor)} AND id <= {int(low)})"""
+    )
+    return int(frame["ts"][0]) if int(frame["n"][0]) else None
+
+
+def _store_results(ch: ClickHouse, results: pl.DataFrame) -> None:
+    version = time.time_ns() // 1000
+    ch.insert(
+        "request_results",
+        results.with_columns(pl.lit(version, pl.UInt64).alias("version")).with_columns(
+            pl.col(pl.Boolean).cast(pl.UInt8)
+        ),
+    )
+
+
+def _watermark(session: Session) -> tuple[int | None, tuple[int, int] | None]:
+    """(W the results were computed with, the newest (ts, id) computed)."""
+    blob = repository.get_state(session, STATE)
+    if not blob:
+        return None, None
+    saved = orjson.loads(blob)
+    mark = saved.get("mark")
+    return saved.get("window_us"), (int(mark[0]), int(mark[1])) if mark else None
+
+
+def _save_watermark(session: Session, w_us: int, mark: tuple[int, int] | None) -> None:
+    blob = orjson.dumps({"window_us": w_us, "mark": list(mark) if mark else None})
+    repository.put_state(session, STATE, mark[0] if mark else 0, blob)

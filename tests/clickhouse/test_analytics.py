@@ -1,0 +1,80 @@
+"""The ClickHouse pass's per-request values equal the relational pass's, id for
+id, on the property tests' random traffic (every cause, sessions, prefix keys,
+ties, caching profiles, windows from 0 to unbounded), in the engine in-process;
+and the Mooncake traces' published numbers come out of it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from service.analytics import compute_request_metrics
+from service.analytics._arrays import window_us
+from service.analytics.definitions import SUM_COLUMNS, ratios
+from service.clickhouse import analytics as ch_analytics
+from service.clickhouse.client import ClickHouse
+from service.clickhouse.pass_sql import Scope
+from service.rollups import aggregate
+from tests.analytics.conftest import mooncake_frame
+from tests.analytics.reference import Record, to_frame
+from tests.analytics.test_properties import WINDOWS, traffic
+from tests.clickhouse.frames import annotate_from, insert_frame
+
+TABLES = ("usage_records", "block_uses", "request_results")
+TOL = 1e-6
+
+
+def clickhouse_results(
+    ch: ClickHouse, frame: pl.DataFrame, window_s: float, shards: int = 3
+) -> pl.DataFrame:
+    for table in TABLES:
+        ch.command(f"TRUNCATE TABLE {table}")
+    insert_frame(ch, frame)
+    high = int(frame["id"].max())  # type: ignore[arg-type]
+    scope = Scope(from_us=int(frame["ts_us"].min()), high_id=high, window_us=window_us(window_s))  # type: ignore[arg-type]
+    _, results = ch_analytics.compute(ch, scope, shards, annotate_from(frame))
+    return results
+
+
+def by_id(results: pl.DataFrame) -> dict[int, dict[str, Any]]:
+    return {row["id"]: row for row in results.to_dicts()}
+
+
+def assert_same(ch: ClickHouse, records: list[Record], window_s: float) -> None:
+    frame = to_frame(records)
+    expected, _ = compute_request_metrics(frame, window_s)
+    got = clickhouse_results(ch, frame, window_s)
+    assert got.schema == expected.schema
+    assert by_id(got) == by_id(expected)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(records=traffic(), window_s=WINDOWS)
+def test_equals_the_relational_pass(
+    chdb: ClickHouse, records: list[Record], window_s: float
+) -> None:
+    assert_same(chdb, records, window_s)
+
+
+def test_one_shard_and_many_give_the_same(chdb: ClickHouse) -> None:
+    frame = mooncake_frame("conversation_trace.jsonl").head(2000)
+    one = clickhouse_results(chdb, frame, 3600.0, shards=1)
+    many = clickhouse_results(chdb, frame, 3600.0, shards=7)
+    assert one.equals(many)
+
+
+@pytest.mark.parametrize(
+    ("trace", "published"),
+    [("conversation_trace.jsonl", 0.373624), ("synthetic_trace.jsonl", 0.651244)],
+)
+def test_mooncake_numbers(chdb: ClickHouse, trace: str, published: float) -> None:
+    frame = mooncake_frame(trace)
+    results = clickhouse_results(chdb, frame, 3600.0)
+    rows = aggregate.rollup_sums(aggregate.join_results(frame, results), 3600)
+    sums = {name: rows[name].sum() for name in SUM_COLUMNS}
+    assert ratios(sums, ["cacheable_fraction"])["cacheable_fraction"] == pytest.approx(
+        published, abs=TOL
+    )

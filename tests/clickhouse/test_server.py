@@ -1,0 +1,36 @@
+"""The same SQL on a real clickhouse-server: Debian's package, ClickHouse 18.16
+(2018), over HTTP. The pass's values equal the relational pass's there too, and
+the tables, views and migrations run on it unchanged."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+
+from service.clickhouse import migrate
+from service.clickhouse.client import ClickHouse
+from tests.analytics.conftest import mooncake_frame
+from tests.analytics.reference import Record
+from tests.analytics.test_properties import WINDOWS, traffic
+from tests.clickhouse.test_analytics import assert_same, clickhouse_results
+
+
+def test_it_is_the_old_server(server: ClickHouse) -> None:
+    """What this file proves is compatibility with the oldest server in reach."""
+    assert server.version() < (19,)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(records=traffic(), window_s=WINDOWS)
+def test_equals_the_relational_pass(
+    server: ClickHouse, records: list[Record], window_s: float
+) -> None:
+    assert_same(server, records, window_s)
+
+
+def test_a_trace_slice_equals_the_engine_in_process(server: ClickHouse, chdb: ClickHouse) -> None:
+    frame = mooncake_frame("conversation_trace.jsonl").head(1500)
+    assert clickhouse_results(server, frame, 3600.0).equals(clickhouse_results(chdb, frame, 3600.0))
+
+
+def test_migrations_are_applied_once(server: ClickHouse) -> None:
+    assert migrate.upgrade(server) == []
