@@ -24,6 +24,9 @@ class Settings(BaseSettings):
     # The pass's block-level step runs as this many statements, one per shard of
     # cityHash64(model, key): each holds only its shard's keys in memory.
     clickhouse_pass_shards: int = Field(4, ge=1, le=1024)
+    # GET /v1/capacity on ClickHouse replays this share of the blocks (a SHARDS
+    # sample, service.analytics.shards) and states its standard error.
+    clickhouse_capacity_sample_rate: float = Field(0.01, gt=0, le=1)
     detect_bucket_s: int = Field(300, gt=0)
     detect_interval_s: int = Field(300, gt=0)
     slack_webhook_url: str | None = None

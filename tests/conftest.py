@@ -5,6 +5,7 @@ to the test transaction, and a real server process on loopback."""
 import os
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +31,17 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 POSTGRES_ADMIN_URL = os.environ.get(
     "CACHEWATCH_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
+
+
+_CHDB_DIR: list[Path] = []
+
+
+def chdb_dir() -> Path:
+    """chdb keeps one data directory per process (a second one is refused), so every
+    test of this process that uses it shares this one, each in its own database."""
+    if not _CHDB_DIR:
+        _CHDB_DIR.append(Path(tempfile.mkdtemp(prefix="cachewatch-chdb-")))
+    return _CHDB_DIR[0]
 
 
 def test_database_url() -> str:

@@ -16,8 +16,9 @@ The predicate is ClickHouse's `intHash64(key) % 10000 < T` with T = round(R *
 10000), so the database can ship only the sampled block uses (`sample_sql`), and
 here `in_sample` is the same test bit for bit. intHash64 is the MurmurHash3 64-bit
 finalizer `fmix64` applied to key ^ 0x4CF2D2BAAE6DA887 (ClickHouse's fixed seed,
-the same in the 2017 sources and today's); int64 keys are taken as their uint64
-bits, as ClickHouse does. Hashing matters: Mooncake's ids are small sequential
+in its 2017 sources as in 26.9); int64 keys are taken as their uint64
+bits, as ClickHouse does (checked against chdb's intHash64 in the tests).
+Hashing matters: Mooncake's ids are small sequential
 integers, and `key % 10000` would keep one trace region rather than a random share.
 The rate used everywhere is the effective T / 10000.
 
@@ -27,20 +28,22 @@ own tokens w = clamp(prompt - j * block_size, 0, block_size) (a full block, the
 partial tail, or 0 past the prompt), so the hit tokens of a capacity are a plain
 sum over block uses, sum of w * [use resident], and the per-request cap needs no
 nonlinear correction. (Capping a scaled-up per-request count instead,
-min(prompt, run_sampled / R * block_size), would truncate a lucky request at its
-prompt and an unlucky one at 0: biased low.) Whether a sampled use is in its
-request's leading run is judged by the running maximum of the sampled distances of
-its request's sampled blocks, as the exact replay does over all of them; chained
-hashes make a request's resident blocks nearly prefix-closed, so the unsampled
-blocks in between rarely change the verdict.
+min(prompt, run_sampled / R * block_size), clips the requests whose one sampled
+block counts as 1/R blocks while nothing lifts those with none: biased low.)
+Whether a sampled use is in its request's leading run is judged by the running
+maximum of the sampled distances of its request's sampled blocks, as the exact
+replay does over all of them; chained hashes make a request's resident blocks
+nearly prefix-closed, so the unsampled blocks in between rarely change the
+verdict (for the unbounded cache, on both Mooncake traces at 10%, 1% and 0.1%,
+never).
 
 The plain Horvitz-Thompson sum of sampled hit tokens / R is unbiased but useless
 on real traffic: the hits concentrate on a few hot keys (a shared system prompt's
 first blocks), and whether those few are sampled swings it by several times the
-whole hit rate (on the Mooncake conversation trace at R = 1% across 100 disjoint
-samples: RMSE 0.35-0.42). What varies little per key is what a key *loses*: so
-the estimate starts from an exactly known anchor A and subtracts the sampled
-losses, scaled:
+whole hit rate (tried on 100 disjoint 1% samples of the Mooncake conversation
+trace: RMSE 0.35-0.42, one sample off by 4.2). What varies little per key is what
+a key *loses*: so the estimate starts from an exactly known anchor A and
+subtracts the sampled losses, scaled:
 
     hits(K) = A - (1/R) * sum over sampled uses of w * (b - [resident at R*K])
 
@@ -55,23 +58,31 @@ losses, scaled:
   correction (SHARDS_adj: the shortfall of the sample from its expected size is
   counted as hits) and needs only per-request totals, a trivial aggregate in SQL.
 
-Both are unbiased for the sampled replay's verdicts (the estimate of a fixed sum
-over keys sampled independently with probability R), are clipped to [0, A] (a
-projection onto an interval that holds the true value, so it never adds error),
-and divide by the exact total prompt tokens of the requests with blocks (the
-denominator is known, not sampled). Across 100 disjoint 1% samples of the
-conversation trace the "ceiling" anchor's RMSE is 0.006 at 16Mi tokens and 0.02-0.03
-from 64Ki to 4Mi; with the "blocks" anchor 0.02 and 0.03-0.04.
+Both would be unbiased if the sampled replay's verdicts were the full replay's
+(each is a fixed sum over keys, each key sampled independently with probability
+R); they are clipped to [0, A], a projection onto an interval that holds the true
+value (it never adds error, though near 0 it leans high); and they divide by the
+exact total prompt tokens of the requests with blocks (the denominator is known,
+not sampled). At R = 1 both are the exact replay, to the bit.
+
+Measured by bench/capacity_sampled.py over 100 disjoint 1% samples (other bucket
+ranges of the same hash), RMSE of the hit rate: conversation trace, "ceiling"
+0.006 at 16Mi tokens, 0.020 at 4Mi, 0.024-0.027 from 16Ki to 1Mi ("blocks": 0.020
+and 0.030-0.033); synthetic, "ceiling" 0.006 at 16Mi and 0.041 at 3M tokens
+("blocks": 0.022 and 0.052). Bias is below 0.001 except where clipping at 0
+lifts the smallest values (+0.009 at 16Ki).
 
 The error statement. The sampling unit is the key (all its uses go in or out
-together), so the standard error is the Bernoulli-sampling one over keys:
-stderr = sqrt((1 - R) / R^2 * sum over sampled keys of Y_k^2) / prompt tokens,
-Y_k the key's sampled loss tokens above. It is 0 at R = 1. It does not cover the
-approximation of d by d' / R (SHARDS' own error, largest when R * K is a few
-blocks or less; each point reports R * K as `sampled_blocks`); on those 100
-samples the truth lay within 2 stderr of the estimate in 82-95% of them.
-Requests are not the unit: a hot key spans thousands of requests, and a
-per-request spread would understate the error many times over.
+together), so `stderr` is the Bernoulli-sampling standard error over keys,
+sqrt((1 - R) / R^2 * sum over sampled keys of Y_k^2) / prompt tokens, Y_k the
+key's sampled loss tokens above: 0 at R = 1. Requests are not the unit: a hot
+key spans thousands of requests, and a spread across requests would understate
+the error many times over. It leaves out the approximation of d by d' / R
+(SHARDS' own error, largest where R * K is a few blocks or less; each point
+reports R * K as `sampled_blocks`), and with few sampled keys it is itself noisy
+(0 when no sampled key loses anything). On those 100 samples the truth lay within
+2 stderr in 82-95% of them at each capacity of the conversation trace and 68-85%
+of the synthetic one ("blocks": 89-98%): read it as a scale, not a guarantee.
 """
 
 from __future__ import annotations
@@ -193,48 +204,22 @@ def sampled_capacity_curve(
     input frame, same requests (those with `block_hashes`, in (ts_us, id) order),
     same capacity in blocks (floor(C / the most common block size)). With
     `anchor="blocks"` it skips the one exact pass over all keys."""
-    req = frame.select(
-        pl.col("ts_us").cast(pl.Int64),
-        pl.col("id").cast(pl.Int64),
-        pl.col("model").cast(pl.String),
-        pl.col("prompt_tokens").cast(pl.Int64).fill_null(0),
-        pl.col("block_size").cast(pl.Int64).fill_null(0),
-        pl.col("block_hashes").cast(pl.Binary),
-    ).filter(pl.col("block_hashes").bin.size().fill_null(0) > 0)
     threshold = sample_threshold(rate)
-    if req.height == 0:
+    uses = _block_uses(frame, exact_ceiling=anchor == "ceiling")
+    if uses is None:
         return _empty(threshold, anchor, None, None, sizes_tokens)
-    req = req.sort(["ts_us", "id"])
-    flat, counts = unpack_blobs(req["block_hashes"])
-    (model,) = codes(req["model"])
-    prompt = req["prompt_tokens"].to_numpy().astype(np.int64)
-    bsizes = req["block_size"].to_numpy().astype(np.int64)
-    groups = np.repeat(model.astype(np.int64), counts) if model.max() > 0 else None
-    request = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    offsets = offsets_of(counts)
-    position = np.arange(len(flat), dtype=np.int64) - offsets[request]
-    tokens = np.clip(prompt[request] - position * bsizes[request], 0, bsizes[request])
-    covered = int(np.minimum(prompt, counts * bsizes).sum())
-    ceiling_tokens = None
-    if anchor == "ceiling":
-        occ = previous_occurrences(flat, groups, request)
-        seen = np.empty(len(flat), dtype=np.bool_)
-        seen[occ.perm] = occ.prev_source >= 0
-        run = leading_true(seen, offsets, counts)
-        ceiling_tokens = int(np.minimum(prompt, run * bsizes).sum())
-
-    sel = in_sample(flat, rate)
+    keys, tokens, counts, groups = uses.sampled(in_sample(uses.keys, rate))
     return sampled_curve_from_uses(
-        flat[sel],
-        tokens[sel],
-        np.bincount(request[sel], minlength=len(counts)),
+        keys,
+        tokens,
+        counts,
         sizes_tokens=sizes_tokens,
         rate=rate,
-        block_size=_most_common(bsizes),
-        prompt_tokens=int(prompt.sum()),
-        ceiling_tokens=ceiling_tokens,
-        covered_tokens=covered,
-        groups=groups[sel] if groups is not None else None,
+        block_size=uses.block_size,
+        prompt_tokens=uses.prompt_tokens,
+        ceiling_tokens=uses.ceiling_tokens,
+        covered_tokens=uses.covered_tokens,
+        groups=groups,
     )
 
 
@@ -252,8 +237,9 @@ def sampled_curve_from_uses(
     groups: Ints | None = None,
 ) -> SampledCapacityResult:
     """The estimate from the already-sampled block uses, e.g. as ClickHouse ships
-    them (`arrayFilter(h -> <sample_sql('h', rate)>, block_hashes)` with each
-    kept block's index j, 0-based, in its request):
+    them: `arrayFilter(i -> <sample_sql('block_hashes[i]', rate)>,
+    arrayEnumerate(block_hashes))` per record, or the rows of `block_uses` (kind 0)
+    with `sample_sql('key', rate)`, j = its 0-based index or `pos`:
 
     * `keys`: the sampled block keys, requests in replay order ((ts, id)), each
       request's blocks in their order;
@@ -329,6 +315,79 @@ def sampled_curve_from_uses(
         sampled_accesses=len(flat),
         sampled_keys=len(uniq),
         points=points,
+    )
+
+
+@dataclass(frozen=True)
+class _BlockUses:
+    """Every block use of the requests with blocks, in replay order, with what
+    their requests carry; and the exact totals the estimate needs. Requests are
+    kept whole (one row each), so the per-use arrays are built for sampled uses
+    only."""
+
+    keys: I64
+    offsets: I64  # each request's first use (strictly increasing: no empty request)
+    prompt: I64
+    bsizes: I64
+    model: I64 | None  # per request; None: one model
+    block_size: int
+    prompt_tokens: int
+    covered_tokens: int
+    ceiling_tokens: int | None
+
+    def sampled(self, sel: Bools) -> tuple[I64, I64, I64, I64 | None]:
+        """keys, tokens, per-request counts and model codes of the uses in `sel`."""
+        idx = np.flatnonzero(sel)
+        req = np.searchsorted(self.offsets, idx, side="right") - 1
+        bsize = self.bsizes[req]
+        tokens = np.clip(self.prompt[req] - (idx - self.offsets[req]) * bsize, 0, bsize)
+        counts = np.bincount(req, minlength=len(self.offsets))
+        groups = self.model[req] if self.model is not None else None
+        return self.keys[idx], tokens, counts, groups
+
+
+def _block_uses(frame: pl.DataFrame, *, exact_ceiling: bool) -> _BlockUses | None:
+    """The frame as capacity_curve reads it; None when no request has blocks.
+    `exact_ceiling`: also count the unbounded cache's hit tokens (one sort of all
+    keys: a block is in it iff an earlier request carried it, within the leading
+    run)."""
+    req = frame.select(
+        pl.col("ts_us").cast(pl.Int64),
+        pl.col("id").cast(pl.Int64),
+        pl.col("model").cast(pl.String),
+        pl.col("prompt_tokens").cast(pl.Int64).fill_null(0),
+        pl.col("block_size").cast(pl.Int64).fill_null(0),
+        pl.col("block_hashes").cast(pl.Binary),
+    ).filter(pl.col("block_hashes").bin.size().fill_null(0) > 0)
+    if req.height == 0:
+        return None
+    req = req.sort(["ts_us", "id"])
+    flat, counts = unpack_blobs(req["block_hashes"])
+    (codes_,) = codes(req["model"])
+    model = codes_.astype(np.int64) if codes_.max() > 0 else None
+    prompt = req["prompt_tokens"].to_numpy().astype(np.int64)
+    bsizes = req["block_size"].to_numpy().astype(np.int64)
+    offsets = offsets_of(counts)
+    ceiling_tokens = None
+    if exact_ceiling:
+        request = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+        groups = model[request] if model is not None else None
+        occ = previous_occurrences(flat, groups, request)
+        del request, groups
+        seen = np.empty(len(flat), dtype=np.bool_)
+        seen[occ.perm] = occ.prev_source >= 0
+        run = leading_true(seen, offsets, counts)
+        ceiling_tokens = int(np.minimum(prompt, run * bsizes).sum())
+    return _BlockUses(
+        keys=flat,
+        offsets=offsets,
+        prompt=prompt,
+        bsizes=bsizes,
+        model=model,
+        block_size=_most_common(bsizes),
+        prompt_tokens=int(prompt.sum()),
+        covered_tokens=int(np.minimum(prompt, counts * bsizes).sum()),
+        ceiling_tokens=ceiling_tokens,
     )
 
 

@@ -172,12 +172,26 @@ class CapacityPoint(BaseModel):
     hit_rate: float | None
 
 
+class CapacitySample(BaseModel):
+    """How a sampled curve was made (a ClickHouse deployment replays a SHARDS sample
+    of the blocks: service.analytics.shards): its rate, what it replayed, and the
+    standard error of the ceiling and of each point, in the order of `points`."""
+
+    rate: float
+    sampled_accesses: int
+    sampled_keys: int
+    ceiling_stderr: float | None
+    stderr: list[float | None]
+
+
 class CapacityOut(BaseModel):
     model: str | None
     requests: int
     block_size: int | None
     ceiling: float | None
     points: list[CapacityPoint]
+    # Only when the curve is sampled rather than replayed exactly.
+    sample: CapacitySample | None = None
 
 
 NO_NUL = r"^[^\x00]*$"

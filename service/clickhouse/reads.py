@@ -164,3 +164,51 @@ def drop_days_before(ch: ClickHouse, before_us: int) -> int:
         for table in ("usage_records", "block_uses", "request_results"):
             ch.command(f"ALTER TABLE {table} DROP PARTITION {day}")
     return sum(days.values())
+
+
+def capacity_totals(
+    ch: ClickHouse, model: str | None, from_us: int | None, to_us: int | None
+) -> pl.DataFrame:
+    """Per block size, the requests with blocks of a model's range, their prompt
+    tokens and the tokens their blocks cover (the sampled curve's exact totals)."""
+    where = _range(model, from_us, to_us)
+    return ch.query(
+        f"""SELECT ifNull(block_size, 0) AS block_size, count() AS requests,
+                   sum(prompt_tokens) AS prompt_total,
+                   sum(least(prompt_tokens, length(block_hashes) * ifNull(block_size, 0)))
+                       AS covered_total
+            FROM usage_records FINAL WHERE {where} AND length(block_hashes) > 0
+            GROUP BY block_size""",
+        {"block_size": pl.Int64(), "requests": pl.Int64(), "prompt_total": pl.Int64(),
+         "covered_total": pl.Int64()},
+    )  # fmt: skip
+
+
+def sampled_uses(
+    ch: ClickHouse, model: str | None, from_us: int | None, to_us: int | None, predicate: str
+) -> pl.DataFrame:
+    """The block uses whose key passes `predicate` (a SHARDS sample), in replay
+    order ((ts, id), then position), with the tokens each block covers."""
+    where = _range(model, from_us, to_us)
+    return ch.query(
+        f"""SELECT id, ts_us, model, key, pos,
+                   least(bs, greatest(0, prompt_tokens - toInt64(pos) * bs)) AS tokens
+            FROM (
+                SELECT id, ts_us, model, key, pos FROM block_uses FINAL
+                WHERE kind = 0 AND {where} AND {predicate}
+            ) AS u ANY LEFT JOIN (
+                SELECT id, prompt_tokens, ifNull(block_size, 0) AS bs
+                FROM usage_records FINAL WHERE {where}
+            ) AS r USING (id)
+            ORDER BY ts_us, id, pos""",
+        {"id": pl.Int64(), "ts_us": pl.Int64(), "model": pl.String(), "key": pl.Int64(),
+         "pos": pl.Int64(), "tokens": pl.Int64()},
+    )  # fmt: skip
+
+
+def _range(model: str | None, from_us: int | None, to_us: int | None) -> str:
+    return _where(
+        None if model is None else f"model = {quote(model)}",
+        None if from_us is None else f"ts_us >= {int(from_us)}",
+        None if to_us is None else f"ts_us < {int(to_us)}",
+    )

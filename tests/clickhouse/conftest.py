@@ -17,7 +17,7 @@ import pytest
 from service.clickhouse import migrate
 from service.clickhouse.client import ClickHouse, connect
 from service.server_process import free_port
-from tests.conftest import skip_or_fail
+from tests.conftest import chdb_dir, skip_or_fail
 
 SERVER_CONFIG = """<?xml version="1.0"?>
 <yandex>
@@ -43,16 +43,10 @@ USERS = """<?xml version="1.0"?>
 """
 
 
-@pytest.fixture(scope="session")
-def chdb_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """chdb keeps one data directory per process: every test's database is in it."""
-    return tmp_path_factory.mktemp("chdb")
-
-
 @pytest.fixture
-def chdb_url(chdb_dir: Path) -> str:
+def chdb_url() -> str:
     """A new, empty database of the in-process engine."""
-    return f"chdb://{chdb_dir}?database=t_{uuid.uuid4().hex[:12]}"
+    return f"chdb://{chdb_dir()}?database=t_{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture

@@ -145,9 +145,15 @@ def get_metrics(
     return Response(orjson.dumps(answer), media_type="application/json")
 
 
-@router.get("/v1/capacity", dependencies=[ReadAuth], response_model=CapacityOut)
+@router.get(
+    "/v1/capacity",
+    dependencies=[ReadAuth],
+    response_model=CapacityOut,
+    response_model_exclude_unset=True,
+)
 def get_capacity(
     session: SessionDep,
+    settings: SettingsDep,
     model: ModelParam = None,
     from_: TimeParam = None,
     to: ToParam = None,
@@ -171,6 +177,7 @@ def get_capacity(
             from_us=parse_time_param("from", from_),
             to_us=parse_time_param("to", to),
             sizes=size_list,
+            sample_rate=settings.clickhouse_capacity_sample_rate,
         )
     except capacity.AmbiguousModel as exc:
         raise HTTPException(422, str(exc)) from None

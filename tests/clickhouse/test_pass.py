@@ -1,0 +1,202 @@
+"""A ClickHouse deployment against the relational one, through the services: the
+same records stored by the ingestion service on both, the analytics passes run at
+the same points (a first pass, then late records, duplicates and the rest), and
+every rollup table the two leave is the same, row for row: each metric of contract
+section 4's sums, every cause, the TTFT histograms, the prefix, segment, group and
+chart rows. Then the reads that go to the records (detection's, the capacity
+curve's) answer from ClickHouse."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from service import migrate
+from service.clickhouse import clickhouse_for
+from service.db import make_engine, make_sessionmaker
+from service.models import (
+    ChartRollup,
+    GroupRollup,
+    PrefixRollup,
+    Rollup,
+    SegmentRollup,
+)
+from service.repository import detection as detection_repo
+from service.rollups import histogram
+from service.services import capacity
+from service.services.analytics_pass import catch_up
+from service.services.ingestion import ingest_usage
+from service.settings import Settings
+from tests.conftest import drop_database, fresh_database_url
+from tests.services import findings_traffic, group_traffic
+from tests.services.traffic import T0, US, traffic
+
+TABLES = (Rollup, PrefixRollup, ChartRollup, SegmentRollup, GroupRollup)
+
+
+@pytest.fixture
+def profiled(tmp_path: Path, settings: Settings) -> Settings:
+    path = tmp_path / "models.toml"
+    path.write_text(findings_traffic.MODELS_FILE)
+    return settings.model_copy(update={"models_file": path})
+
+
+@pytest.fixture
+def clickhouse_sessions(
+    tmp_path: Path, profiled: Settings, chdb_url: str
+) -> Iterator[tuple[Settings, sessionmaker[Session]]]:
+    """A second deployment: its own relational database, its records in chdb."""
+    url = fresh_database_url(tmp_path, "clickhouse")
+    ch_settings = profiled.model_copy(
+        update={
+            "database_url": url,
+            "clickhouse_url": chdb_url,
+            "clickhouse_visibility_lag_s": 0.0,
+        }
+    )
+    engine = make_engine(ch_settings)
+    migrate.upgrade(engine)
+    ch = clickhouse_for(ch_settings)
+    assert ch is not None
+    yield ch_settings, make_sessionmaker(engine, ch)
+    ch.command(f"DROP DATABASE IF EXISTS {ch.database}")
+    engine.dispose()
+    drop_database(url)
+
+
+def records() -> list[dict[str, Any]]:
+    """Every cause (routing, eviction, concurrent, unknown from the random traffic;
+    expiry and below_minimum from the managed profiles), sessions with rewrites,
+    segments, scenarios, tenants and deploy tags."""
+    out = traffic(500, seed=11, hours=3.0)
+    out += findings_traffic.expiry()[:400]
+    out += findings_traffic.below_minimum()[:300]
+    out += findings_traffic.history_rewrite()[:300]
+    out += group_traffic.traffic(group_traffic.Plan(hours=1.0, tenants=4, canary_at=1800))
+    return out
+
+
+def ingest(session: Session, batch: list[dict[str, Any]]) -> tuple[int, int]:
+    body = b"\n".join(orjson.dumps({k: v for k, v in r.items() if v is not None}) for r in batch)
+    outcome = ingest_usage(
+        session, body, content_encoding=None, max_decompressed_bytes=1 << 26,
+        received_us=(T0 + 86_400) * US,
+    )  # fmt: skip
+    return outcome.accepted, outcome.duplicates
+
+
+def table_rows(session: Session, model: type[Any]) -> list[tuple[Any, ...]]:
+    table = model.__table__
+    columns = [c for c in table.columns if c.name != "id"]
+    rows = session.execute(select(*columns)).all()
+    names = [c.name for c in columns]
+    return sorted(
+        (tuple(_comparable(n, v) for n, v in zip(names, row, strict=True)) for row in rows),
+        key=repr,
+    )
+
+
+def _comparable(name: str, value: Any) -> Any:
+    """Dollars are sums of floats in whatever order a group's rows came; a TTFT
+    histogram's bins are in whatever order its rows were merged."""
+    if name in ("ttft_hit", "ttft_miss") and value is not None:
+        bins, counts = histogram.decode(value)
+        return tuple(sorted(zip(bins.tolist(), counts.tolist(), strict=True)))
+    if isinstance(value, float):
+        return round(value, 9) if math.isfinite(value) else value
+    return value
+
+
+def test_same_rollups_as_the_relational_pass(
+    session: Session,
+    profiled: Settings,
+    clickhouse_sessions: tuple[Settings, sessionmaker[Session]],
+) -> None:
+    ch_settings, ch_factory = clickhouse_sessions
+    every = records()
+    rng = random.Random(5)
+    ordered = sorted(every, key=lambda r: r["ts"])
+    first, rest = ordered[: len(ordered) * 2 // 3], ordered[len(ordered) * 2 // 3 :]
+    late = rng.sample(first, 40)  # sent again: duplicates
+    rng.shuffle(rest)
+    early = rest[:30]  # ... and late records, among the rest
+    batches = [first, late + rest[30:], early]
+    with ch_factory() as ch_session:
+        for batch in batches:
+            assert ingest(session, batch) == ingest(ch_session, batch)
+            ch_session.commit()
+            first_report = catch_up(session, profiled)
+            ch_report = catch_up(ch_session, ch_settings)
+            ch_session.commit()
+            assert ch_report.records == first_report.records
+            assert (ch_report.recomputed_from_us is None) == (
+                first_report.recomputed_from_us is None
+            )
+        for model in TABLES:
+            expected = table_rows(session, model)
+            assert expected, model.__tablename__
+            assert table_rows(ch_session, model) == expected, model.__tablename__
+
+
+def test_reads_of_the_records(
+    session: Session,
+    profiled: Settings,
+    clickhouse_sessions: tuple[Settings, sessionmaker[Session]],
+) -> None:
+    _, ch_factory = clickhouse_sessions
+    batch = records()
+    with ch_factory() as ch_session:
+        ingest(session, batch)
+        ingest(ch_session, batch)
+        for s in (session, ch_session):
+            s.flush()
+        args = ("assistant", "m", "a")
+        assert detection_repo.replica_first_ts(ch_session, *args, T0 * US) == (
+            detection_repo.replica_first_ts(session, *args, T0 * US)
+        )
+        assert detection_repo.replica_last_ts(ch_session, *args, (T0 + 7200) * US) == (
+            detection_repo.replica_last_ts(session, *args, (T0 + 7200) * US)
+        )
+        assert detection_repo.deploy_first_record(ch_session, "assistant", "v2", 0) == (
+            detection_repo.deploy_first_record(session, "assistant", "v2", 0)
+        )
+        variants = ("assistant", "managed-sonnet", T0 * US, (T0 + 3 * 3600) * US)
+        assert detection_repo.segment_variants_per_hour(ch_session, *variants) == (
+            detection_repo.segment_variants_per_hour(session, *variants)
+        )
+
+
+def test_capacity_is_sampled_and_says_so(
+    session: Session, clickhouse_sessions: tuple[Settings, sessionmaker[Session]]
+) -> None:
+    """At rate 1 the sample is every block: the exact curve; at 1% it carries its
+    rate and standard errors."""
+    _, ch_factory = clickhouse_sessions
+    batch = traffic(800, seed=3)
+    sizes = [100, 300, 1000, 100_000]
+    with ch_factory() as ch_session:
+        ingest(session, batch)
+        ingest(ch_session, batch)
+        exact = capacity.capacity(session, model="m", from_us=None, to_us=None, sizes=sizes)
+        full = capacity.capacity(
+            ch_session, model="m", from_us=None, to_us=None, sizes=sizes, sample_rate=1.0
+        )
+        assert full.pop("sample")["rate"] == 1.0
+        assert [p["hit_rate"] for p in full.pop("points")] == pytest.approx(
+            [p["hit_rate"] for p in exact.pop("points")]
+        )
+        assert full.pop("ceiling") == pytest.approx(exact.pop("ceiling"))
+        assert full == exact
+        sampled = capacity.capacity(
+            ch_session, model="m", from_us=None, to_us=None, sizes=sizes, sample_rate=0.01
+        )
+        assert sampled["sample"]["rate"] == 0.01
+        assert len(sampled["sample"]["stderr"]) == len(sizes)
