@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 PG_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
-APT_PACKAGES := syslog-ng-core syslog-ng-mod-http docker-compose chromium
+APT_PACKAGES := syslog-ng-core syslog-ng-mod-http docker-compose chromium clickhouse-server
 
 .PHONY: install system-deps postgres lint test test-sqlite test-postgres demo bench lab lab-install clean
 
@@ -15,9 +15,11 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
-# Debian packages the tests drive: a real log shipper, the compose validator, a browser.
+# Debian packages the tests drive: a real log shipper, the compose validator, a browser,
+# and a real ClickHouse server (18.16: tests/clickhouse/test_server.py).
 system-deps:
 	@missing=""; \
+	[ -x /usr/sbin/clickhouse-server ] || missing="$$missing clickhouse-server"; \
 	command -v syslog-ng >/dev/null || missing="$$missing syslog-ng-core"; \
 	[ -e /usr/lib/syslog-ng ] && ls /usr/lib/syslog-ng/*/libhttp.so >/dev/null 2>&1 || missing="$$missing syslog-ng-mod-http"; \
 	command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \

@@ -34,12 +34,16 @@ class ScopeChoice(StrEnum):
 
 @app.command()
 def migrate() -> None:
-    """Upgrade the database schema to the latest version."""
+    """Upgrade the database schema to the latest version (and ClickHouse's tables,
+    with CACHEWATCH_CLICKHOUSE_URL)."""
     from service import migrate as migrations
 
-    engine = make_engine(get_settings())
+    settings = get_settings()
+    engine = make_engine(settings)
     migrations.upgrade(engine)
     engine.dispose()
+    if clickhouse_for(settings) is not None:  # migrates its tables on first use
+        typer.echo("ClickHouse tables are at the latest schema", err=True)
     typer.echo("database is at the latest schema", err=True)
 
 

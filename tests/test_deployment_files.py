@@ -168,3 +168,17 @@ def _volume_source_target(volume: Any) -> tuple[str, str]:
         return str(volume.get("source")), str(volume.get("target"))
     source, target, *_ = str(volume).split(":")
     return source, target
+
+
+def test_clickhouse_service(compose: dict[str, Any]) -> None:
+    """ClickHouse is there for the deployments that set CACHEWATCH_CLICKHOUSE_URL
+    (a profile: `docker-compose --profile clickhouse up`); left unset, the records
+    stay in PostgreSQL."""
+    clickhouse = compose["services"]["clickhouse"]
+    assert clickhouse["image"].startswith("clickhouse/clickhouse-server:")
+    assert clickhouse["profiles"] == ["clickhouse"]
+    targets = {_volume_source_target(v) for v in clickhouse.get("volumes", [])}
+    assert ("chdata", "/var/lib/clickhouse") in targets
+    assert any("/ping" in part for part in clickhouse["healthcheck"]["test"])
+    for name in ("api", "worker"):
+        assert compose["services"][name]["environment"]["CACHEWATCH_CLICKHOUSE_URL"] == ""

@@ -19,8 +19,10 @@ chdb and as JSONEachRow to servers (any version reads it, and async inserts take
 
 from __future__ import annotations
 
+import atexit
 import io
 import threading
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +76,17 @@ def _with_schema(frame: pl.DataFrame, schema: Mapping[str, pl.DataType] | None) 
     return frame.cast({k: v for k, v in schema.items() if k in frame.columns})
 
 
+#: Every open chdb client of the process: closed at exit, before chdb's own
+#: shutdown, which crashes (SIGSEGV) with a connection still open.
+_OPEN: weakref.WeakSet[ChdbClient] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for client in list(_OPEN):
+        client.close()
+
+
 class ChdbClient:
     """The in-process engine. One connection per client, used by one thread at a
     time (chdb connections are not thread-safe; the API answers on a thread pool)."""
@@ -84,6 +97,7 @@ class ChdbClient:
         self.database = database
         self._lock = threading.Lock()
         self._conn = chdb.connect(str(path))
+        _OPEN.add(self)
         self._conn.query(f"CREATE DATABASE IF NOT EXISTS {database}")
         self._conn.query(f"USE {database}")
 
@@ -112,6 +126,7 @@ class ChdbClient:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+        _OPEN.discard(self)
 
 
 @dataclass

@@ -6,12 +6,15 @@ one row per request.
 Why it needs no window functions, and shards by block hash: block hashes are
 chained, so what a use needs is the previous use of its own (model, kind, key)
 (the most recent earlier request that carried it: "each use refreshes the
-window"). Grouping the uses of the pass's range, plus the W before it, by (model,
-kind, key), sorting each group's (ts, id) pairs and pairing each use with the one
-before gives every use's `seen` flag, the previous carrier's ts and TTFT. Every
-group lives on one shard of `cityHash64(model, key)`, so the pass runs this step
-shard by shard (`uses_sql(..., shard, shards)`), each shard's key groups alone;
-the per-request step then only merges small per-use rows by request id.
+window"). Grouping the uses of the pass's range by (model, kind, key), with the
+latest use of the W before the range (an `argMax`, not the W's every use: a hot
+system-prompt block has millions), sorting each group's (ts, id) pairs and pairing
+each use with the one before gives every use's `seen` flag and the previous
+carrier's ts and TTFT. Every group lives on one shard of `cityHash64(model, key)`,
+so the pass runs this step shard by shard (`uses_sql(..., shard, shards)`), each
+shard's key groups alone; the per-request step then only merges small per-use
+rows by request id. The pairing shifts arrays (`_previous`) rather than indexing
+them in a lambda, which would copy the array into every element.
 
 A request's seen blocks are its leading run of seen blocks (`reuse_sql`: the
 first unseen position, by an array per request), its deepest seen block the last
@@ -39,10 +42,6 @@ from dataclasses import dataclass
 
 from service.analytics._arrays import UNBOUNDED_US
 
-#: A replica stands in for "none given" in join keys: NUL, which no text field
-#: may hold (service.usage_row).
-NO_REPLICA = "\\0"
-
 
 @dataclass(frozen=True)
 class Scope:
@@ -59,6 +58,7 @@ class Scope:
 
     @property
     def lookback_us(self) -> int:
+        """The oldest ts whose uses can be seen from `from_us` on."""
         if self.window_us >= UNBOUNDED_US:
             return -UNBOUNDED_US
         return self.from_us - self.window_us
@@ -70,15 +70,55 @@ class Scope:
             where += f" AND id > {int(self.after_id)}"
         return where
 
-    def uses(self) -> str:
-        """The predicate of the uses looked at, on block_uses."""
-        return f"ts_us >= {int(self.lookback_us)} AND id <= {int(self.high_id)}"
+    def in_range(self) -> str:
+        """The uses (or records) from `from_us` on: the computed ones and, in a
+        forward pass, the few already computed at the watermark's ts."""
+        return f"ts_us >= {int(self.from_us)} AND id <= {int(self.high_id)}"
+
+    def before_range(self) -> str:
+        """The uses (or records) of the W before `from_us`: only the latest of each
+        key (or session) matters."""
+        return (
+            f"ts_us >= {int(self.lookback_us)} AND ts_us < {int(self.from_us)} "
+            f"AND id <= {int(self.high_id)}"
+        )
+
+
+def _previous(array: str, first: str) -> str:
+    """Each element's predecessor in `array` (`first` for the first one): shifted
+    by one, in linear time. An `arrayMap` reading `u[i - 1]` would copy the array
+    into every element's lambda, quadratic in a hot key's uses."""
+    return f"arrayPopBack(arrayPushFront({array}, {first}))"
+
+
+def _keys_of(scope: Scope, group: str) -> str:
+    """Per (model, kind, key) of the range (within `group`'s filter), every use
+    from `from_us` on, and the latest one of the W before (only it can be a
+    use's previous carrier). One row per (key, request), its positions in an
+    array: a request that repeats a key does not see its own copy."""
+    return f"""
+    SELECT model, kind, key, id, any(ts_us) AS ts, ifNull(any(ttft_ms), nan) AS ttft,
+           groupArray(pos) AS positions
+    FROM block_uses FINAL WHERE {scope.in_range()} AND {group}
+    GROUP BY model, kind, key, id
+    UNION ALL
+    SELECT model, kind, key, tupleElement(last, 2) AS id, tupleElement(last, 1) AS ts,
+           tupleElement(last, 3) AS ttft, emptyArrayUInt32() AS positions
+    FROM (
+        SELECT model, kind, key,
+               argMax((ts_us, id, ifNull(ttft_ms, nan)), (ts_us, id)) AS last
+        FROM block_uses FINAL
+        WHERE {scope.before_range()} AND {group}
+          AND key IN (SELECT key FROM block_uses WHERE {scope.in_range()} AND {group})
+        GROUP BY model, kind, key
+    )"""
 
 
 def uses_sql(scope: Scope, shard: int, shards: int) -> str:
     """Fill pass_uses with the uses of one shard of keys at or after `from_us`,
     each with its seen flag and previous carrier (module docstring)."""
     w = int(scope.window_us)
+    shard_of = f"cityHash64(model, key) % {int(shards)} = {int(shard)}"
     return f"""
 INSERT INTO pass_uses (id, kind, key, pos, seen, prev_ts, prev_ttft)
 SELECT u_id, kind, key, pos, seen, p_ts, p_ttft
@@ -89,13 +129,7 @@ FROM (
         SELECT model, kind, key,
                arraySort(x -> (tupleElement(x, 2), tupleElement(x, 1)),
                          groupArray((id, ts, ttft, positions))) AS u
-        FROM (
-            SELECT model, kind, key, id, any(ts_us) AS ts,
-                   ifNull(any(ttft_ms), nan) AS ttft, groupArray(pos) AS positions
-            FROM block_uses FINAL
-            WHERE {scope.uses()} AND cityHash64(model, key) % {int(shards)} = {int(shard)}
-            GROUP BY model, kind, key, id
-        )
+        FROM ({_keys_of(scope, shard_of)})
         GROUP BY model, kind, key
     )
     ARRAY JOIN
@@ -103,8 +137,8 @@ FROM (
         arrayMap(x -> tupleElement(x, 1), u) AS u_id,
         arrayMap(x -> tupleElement(x, 2), u) AS u_ts,
         arrayMap(x -> tupleElement(x, 4), u) AS u_positions,
-        arrayMap(i -> if(i > 1, tupleElement(u[i - 1], 2), 0), arrayEnumerate(u)) AS p_ts,
-        arrayMap(i -> if(i > 1, tupleElement(u[i - 1], 3), nan), arrayEnumerate(u)) AS p_ttft
+        {_previous("arrayMap(x -> tupleElement(x, 2), u)", "toInt64(0)")} AS p_ts,
+        {_previous("arrayMap(x -> tupleElement(x, 3), u)", "nan")} AS p_ttft
     WHERE u_ts >= {int(scope.from_us)}
 )
 ARRAY JOIN u_positions AS pos"""
@@ -160,10 +194,21 @@ SELECT id, seen AS p_seen, prev_ts AS p_prev_ts, prev_ttft AS p_prev_ttft
 FROM pass_uses WHERE kind = 1"""
 
 
+#: The predecessor of a session's first request: (id, ts, prompt, block size, blocks).
+_NO_REQUEST = "(toInt64(0), toInt64(0), toInt64(0), toInt64(0), emptyArrayInt64())"
+
+
 def _sessions(scope: Scope) -> str:
     """Per session request computed: whether it has a previous request in its
     session and, if so, that request's prompt_tokens, block size and block count
-    and the leading blocks the two share (counted up to the shorter of the two)."""
+    and the leading blocks the two share (counted up to the shorter of the two).
+    Read from session_requests: each session's requests from `from_us` on, and
+    its latest one before (through the primary key, however long ago)."""
+    sessions = (
+        "session_id IN (SELECT session_id FROM usage_records FINAL "
+        f"WHERE {scope.computed()} AND isNotNull(session_id))"
+    )
+    high = int(scope.high_id)
     return f"""
 SELECT s_id AS id, toUInt8(j > 1) AS s_has_prev,
        tupleElement(prev, 3) AS s_prev_prompt, tupleElement(prev, 4) AS s_prev_bs,
@@ -175,21 +220,25 @@ FROM (
                            arraySlice(tupleElement(cur, 5), 1, m),
                            arraySlice(tupleElement(prev, 5), 1, m)) AS first_diff
     FROM (
-        SELECT j, tupleElement(cur, 1) AS s_id, tupleElement(cur, 2) AS s_ts, cur,
-               if(j > 1, s[j - 1], (toInt64(0), toInt64(0), toInt64(0), toInt64(0),
-                                   emptyArrayInt64())) AS prev,
+        SELECT j, tupleElement(cur, 1) AS s_id, tupleElement(cur, 2) AS s_ts, cur, prev,
                least(length(tupleElement(cur, 5)), length(tupleElement(prev, 5))) AS m
         FROM (
-            SELECT arraySort(x -> (tupleElement(x, 2), tupleElement(x, 1)),
-                             groupArray((id, ts_us, prompt_tokens, ifNull(block_size, 0),
-                                         block_hashes))) AS s
-            FROM usage_records FINAL
-            WHERE id <= {int(scope.high_id)} AND session_id IN (
-                SELECT session_id FROM usage_records FINAL
-                WHERE {scope.computed()} AND isNotNull(session_id))
+            SELECT arraySort(x -> (tupleElement(x, 2), tupleElement(x, 1)), groupArray(r)) AS s
+            FROM (
+                SELECT session_id, (id, ts_us, prompt_tokens, block_size, block_hashes) AS r
+                FROM session_requests FINAL
+                WHERE {scope.in_range()} AND {sessions}
+                UNION ALL
+                SELECT session_id,
+                       argMax((id, ts_us, prompt_tokens, block_size, block_hashes),
+                              (ts_us, id)) AS r
+                FROM session_requests FINAL
+                WHERE ts_us < {int(scope.from_us)} AND id <= {high} AND {sessions}
+                GROUP BY session_id
+            )
             GROUP BY session_id
         )
-        ARRAY JOIN arrayEnumerate(s) AS j, s AS cur
+        ARRAY JOIN arrayEnumerate(s) AS j, s AS cur, {_previous("s", _NO_REQUEST)} AS prev
     )
     WHERE s_ts >= {int(scope.from_us)}
 )"""
@@ -213,16 +262,34 @@ FROM usage_records FINAL WHERE {scope.computed()}"""
 
 def same_replica_sql(scope: Scope) -> str:
     """The ids in pass_candidates whose own replica carried their key at most W
-    before them (an earlier request by (ts, id))."""
+    before them (an earlier request by (ts, id)): the uses of the candidates' keys
+    from `from_us` on, plus the latest of the W before, per (model, kind, key,
+    replica), sorted, each candidate's own use paired with the one before it, as
+    `uses_sql` does without the replica."""
     w = int(scope.window_us)
+    asked = "isNotNull(replica) AND key IN (SELECT key FROM pass_candidates)"
     return f"""
-SELECT DISTINCT c_id AS id
+SELECT c_id AS id
 FROM (
-    SELECT id AS c_id, ts_us AS c_ts, model, kind, key, replica FROM pass_candidates
-) AS c ALL INNER JOIN (
-    SELECT model, kind, key, ifNull(replica, '{NO_REPLICA}') AS replica,
-           ts_us AS u_ts, id AS u_id
-    FROM block_uses FINAL
-    WHERE {scope.uses()} AND key IN (SELECT key FROM pass_candidates)
-) AS u USING (model, kind, key, replica)
-WHERE (u_ts < c_ts OR (u_ts = c_ts AND u_id < c_id)) AND c_ts - u_ts <= {w}"""
+    SELECT model, kind, key,
+           arraySort(x -> (tupleElement(x, 1), tupleElement(x, 2)), groupArray((ts, id))) AS u
+    FROM (
+        SELECT DISTINCT model, kind, key, replica, ts_us AS ts, id FROM block_uses FINAL
+        WHERE {scope.in_range()} AND {asked}
+        UNION ALL
+        SELECT model, kind, key, replica, tupleElement(last, 1) AS ts, tupleElement(last, 2) AS id
+        FROM (
+            SELECT model, kind, key, replica, argMax((ts_us, id), (ts_us, id)) AS last
+            FROM block_uses FINAL WHERE {scope.before_range()} AND {asked}
+            GROUP BY model, kind, key, replica
+        )
+    )
+    GROUP BY model, kind, key, replica
+)
+ARRAY JOIN
+    arrayEnumerate(u) AS j,
+    arrayMap(x -> tupleElement(x, 1), u) AS c_ts,
+    arrayMap(x -> tupleElement(x, 2), u) AS c_id,
+    {_previous("arrayMap(x -> tupleElement(x, 1), u)", "toInt64(0)")} AS p_ts
+WHERE j > 1 AND c_ts - p_ts <= {w}
+  AND (c_id, model, kind, key) IN (SELECT id, model, kind, key FROM pass_candidates)"""

@@ -150,8 +150,8 @@ def newest_record(
 
 def drop_days_before(ch: ClickHouse, before_us: int) -> int:
     """Retention: drop the day partitions (UTC days of `ts_us`, named YYYYMMDD)
-    wholly before `before_us` from the three tables; returns how many usage records
-    they held."""
+    wholly before `before_us` from the records' tables; returns how many usage
+    records they held."""
     cut = int(datetime.fromtimestamp(before_us / 1e6, UTC).strftime("%Y%m%d"))
     frame = ch.query(
         """SELECT partition AS p, sum(rows) AS n FROM system.parts
@@ -161,7 +161,7 @@ def drop_days_before(ch: ClickHouse, before_us: int) -> int:
     )
     days = {int(p.strip("'")): int(n) for p, n in frame.iter_rows() if int(p.strip("'")) < cut}
     for day in days:
-        for table in ("usage_records", "block_uses", "request_results"):
+        for table in ("usage_records", "block_uses", "session_requests", "request_results"):
             ch.command(f"ALTER TABLE {table} DROP PARTITION {day}")
     return sum(days.values())
 

@@ -84,8 +84,22 @@ def stored_request_ids(ch: ClickHouse, request_ids: Sequence[str]) -> set[str]:
     return found
 
 
-def _blocks(blob: bytes | None) -> list[int]:
-    return [] if not blob else np.frombuffer(blob, dtype="<i8").tolist()
+def block_lists(blobs: Sequence[bytes | None]) -> pl.Series:
+    """The packed blobs (service.ingest.hashing) as a List(Int64) column, built
+    from one flat array (a Python list per row cost 40 us a record)."""
+    n = len(blobs)
+    sizes = np.fromiter((len(b) // 8 if b else 0 for b in blobs), dtype=np.int64, count=n)
+    flat = np.frombuffer(b"".join(b for b in blobs if b), dtype="<i8")
+    lists = (
+        pl.DataFrame({"row": np.repeat(np.arange(n), sizes), "block_hashes": flat})
+        .group_by("row", maintain_order=True)
+        .agg("block_hashes")
+    )
+    every = pl.DataFrame({"row": np.arange(n)}).join(
+        lists, on="row", how="left", maintain_order="left"
+    )
+    empty = pl.lit([], dtype=pl.List(pl.Int64))
+    return every.select(pl.col("block_hashes").fill_null(empty))["block_hashes"]
 
 
 def insert_usage(ch: ClickHouse, values: Iterable[tuple[Any, ...]], ids: IdSource = IDS) -> int:
@@ -109,7 +123,7 @@ def insert_usage(ch: ClickHouse, values: Iterable[tuple[Any, ...]], ids: IdSourc
             "version": (_VERSION_BASE - new_ids).astype(np.uint64),
             **{name: pl.Series(name, data[name], dtype=_DTYPES[name]) for name in data},
             "has_blocks": pl.Series([b is not None for b in blobs], dtype=pl.UInt8),
-            "block_hashes": pl.Series([_blocks(b) for b in blobs], dtype=pl.List(pl.Int64)),
+            "block_hashes": block_lists(blobs),
         }
     )
     ch.insert("usage_records", frame)

@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from service.analytics import compute_request_metrics
 from service.analytics._arrays import window_us
@@ -23,18 +24,25 @@ from tests.analytics.reference import Record, to_frame
 from tests.analytics.test_properties import WINDOWS, traffic
 from tests.clickhouse.frames import annotate_from, insert_frame
 
-TABLES = ("usage_records", "block_uses", "request_results")
+TABLES = ("usage_records", "block_uses", "session_requests", "request_results")
 TOL = 1e-6
 
 
 def clickhouse_results(
-    ch: ClickHouse, frame: pl.DataFrame, window_s: float, shards: int = 3
+    ch: ClickHouse,
+    frame: pl.DataFrame,
+    window_s: float,
+    shards: int = 3,
+    from_us: int | None = None,
 ) -> pl.DataFrame:
+    """The values of the records from `from_us` on (all by default), the ones
+    before it only looked back at."""
     for table in TABLES:
         ch.command(f"TRUNCATE TABLE {table}")
     insert_frame(ch, frame)
     high = int(frame["id"].max())  # type: ignore[arg-type]
-    scope = Scope(from_us=int(frame["ts_us"].min()), high_id=high, window_us=window_us(window_s))  # type: ignore[arg-type]
+    start = int(frame["ts_us"].min()) if from_us is None else from_us  # type: ignore[arg-type]
+    scope = Scope(from_us=start, high_id=high, window_us=window_us(window_s))
     _, results = ch_analytics.compute(ch, scope, shards, annotate_from(frame))
     return results
 
@@ -57,6 +65,21 @@ def test_equals_the_relational_pass(
     chdb: ClickHouse, records: list[Record], window_s: float
 ) -> None:
     assert_same(chdb, records, window_s)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(records=traffic(min_size=2), window_s=WINDOWS, split_s=st.integers(0, 9))
+def test_a_later_range_looks_back(
+    chdb: ClickHouse, records: list[Record], window_s: float, split_s: int
+) -> None:
+    """A pass that starts at `from_us` (a forward pass, a rebuilt hour) reads only
+    the latest use of each key before it, and each session's latest request: the
+    values of the records from there on are those of one pass over everything."""
+    frame = to_frame(records)
+    from_us = split_s * 1_000_000
+    expected, _ = compute_request_metrics(frame, window_s)
+    got = clickhouse_results(chdb, frame, window_s, from_us=from_us)
+    assert by_id(got) == by_id(expected.filter(pl.col("ts_us") >= from_us))
 
 
 def test_one_shard_and_many_give_the_same(chdb: ClickHouse) -> None:

@@ -124,22 +124,27 @@ def test_same_rollups_as_the_relational_pass(
     every = records()
     rng = random.Random(5)
     ordered = sorted(every, key=lambda r: r["ts"])
-    first, rest = ordered[: len(ordered) * 2 // 3], ordered[len(ordered) * 2 // 3 :]
-    late = rng.sample(first, 40)  # sent again: duplicates
+    third = len(ordered) // 3
+    first, forward, rest = ordered[:third], ordered[third : 2 * third], ordered[2 * third :]
+    again = rng.sample(first, 40)  # sent again: duplicates
     rng.shuffle(rest)
-    early = rest[:30]  # ... and late records, among the rest
-    batches = [first, late + rest[30:], early]
+    late = rest[:30]  # sent after the records that follow them
+    # A first pass; forward ones (every record after the watermark, looking back
+    # W), the second with duplicates and in no order; then late records.
+    batches = [first, forward, again + rest[30:], late]
+    forward_pass = [None, True, True, False]
     with ch_factory() as ch_session:
-        for batch in batches:
+        for batch, forward_expected in zip(batches, forward_pass, strict=True):
             assert ingest(session, batch) == ingest(ch_session, batch)
             ch_session.commit()
-            first_report = catch_up(session, profiled)
+            report = catch_up(session, profiled)
             ch_report = catch_up(ch_session, ch_settings)
             ch_session.commit()
-            assert ch_report.records == first_report.records
-            assert (ch_report.recomputed_from_us is None) == (
-                first_report.recomputed_from_us is None
-            )
+            assert ch_report.records == report.records
+            forward = ch_report.recomputed_from_us is None
+            assert forward == (report.recomputed_from_us is None)
+            if forward_expected is not None:
+                assert forward == forward_expected
         for model in TABLES:
             expected = table_rows(session, model)
             assert expected, model.__tablename__

@@ -1,0 +1,212 @@
+"""Ingest and analytics-pass throughput: a ClickHouse deployment against the
+PostgreSQL one, in the same run, on the same records (issue 21; not a test).
+
+For each size N, two fresh worker processes (so peak RSS never mixes), one per
+deployment, each on the same N synthetic records (bench/_synthetic.py: 16 blocks
+of 512 tokens, 24 h, 8 replicas, 100,000 sessions):
+
+* `postgresql`: records in PostgreSQL (`insert_usage_values`: the COPY the
+  ingestion service runs), the relational pass (`analytics_pass.catch_up`);
+* `clickhouse`: records in ClickHouse (the engine in-process, chdb; the same
+  `insert_usage_values`, which the session routes to service.clickhouse.records),
+  the ClickHouse pass (SQL there, rollups to the same PostgreSQL).
+
+Ingest is timed over the insert calls alone (batches of --batch rows, built
+before the clock starts); the pass is the first `catch_up` over all N records,
+rollups written, and within it `values`: the pass without its rollup writes
+(`add_to_rollups`, the same code on both), i.e. reading the records and computing
+the per-request values, the part ClickHouse takes over. Each prints records/s,
+the worker's peak RSS (for chdb that includes the engine, in-process) and
+ClickHouse's bytes on disk.
+
+    .venv/bin/python bench/clickhouse.py [--sizes 1000000,10000000] [--batch 10000]
+        [--postgres postgresql+psycopg://postgres@127.0.0.1:5432/test] [--shards 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def _peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _rows(frame: Any, received_us: int) -> list[tuple[Any, ...]]:
+    """The synthetic records as `usage_row_values` tuples (USAGE_COLUMNS order)."""
+    from service.usage_row import USAGE_COLUMNS
+
+    n = frame.height
+    given = {
+        "request_id": [f"b{i}" for i in frame["id"].to_list()],
+        "ts_us": frame["ts_us"].to_list(),
+        "received_us": [received_us] * n,
+        "cache_write_tokens": [0] * n,
+        **{c: frame[c].to_list() for c in frame.columns if c not in ("id", "ts_us")},
+    }
+    none = [None] * n
+    columns = [given.get(c, none) for c in USAGE_COLUMNS]
+    return list(zip(*columns, strict=True))
+
+
+def _fresh_postgres(url: str) -> str:
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"cw_bench_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+def _drop_postgres(admin_url: str, url: str) -> None:
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def _timed(module: Any, name: str) -> list[float]:
+    """Wrap module.name so that its time adds up in the returned cell."""
+    spent = [0.0]
+    inner = getattr(module, name)
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - t0
+
+    setattr(module, name, timed)
+    return spent
+
+
+def worker(backend: str, n: int, batch: int, pg_admin: str, shards: int) -> dict[str, Any]:
+    from bench.analytics_scale import synthetic
+    from service import migrate
+    from service.clickhouse import clickhouse_for
+    from service.db import make_engine, make_sessionmaker
+    from service.repository import insert_usage_values
+    from service.services import analytics_pass, clickhouse_pass
+    from service.services.analytics_pass import catch_up
+    from service.settings import Settings
+
+    frame = synthetic(n)
+    pg_url = _fresh_postgres(pg_admin)
+    chdb_dir = Path(tempfile.mkdtemp(prefix="cw-bench-chdb-"))
+    out: dict[str, Any] = {"backend": backend, "records": n}
+    try:
+        settings = Settings(
+            database_url=pg_url,
+            run_jobs=False,
+            clickhouse_url=f"chdb://{chdb_dir}?database=bench" if backend == "clickhouse" else None,
+            clickhouse_visibility_lag_s=0.0,
+            clickhouse_pass_shards=shards,
+        )
+        engine = make_engine(settings)
+        migrate.upgrade(engine)
+        ch = clickhouse_for(settings)
+        factory = make_sessionmaker(engine, ch)
+        received = time.time_ns() // 1000
+        spent = 0.0
+        for start in range(0, n, batch):
+            rows = _rows(frame.slice(start, batch), received)
+            t0 = time.perf_counter()
+            with factory.begin() as session:
+                insert_usage_values(session, rows)
+            spent += time.perf_counter() - t0
+        out["ingest_s"] = spent
+        del frame
+        rollups = _timed(analytics_pass, "add_to_rollups")
+        clickhouse_pass.add_to_rollups = analytics_pass.add_to_rollups  # both passes
+        t0 = time.perf_counter()
+        with factory.begin() as session:
+            report = catch_up(session, settings)
+        out["pass_s"] = time.perf_counter() - t0
+        out["rollups_s"] = rollups[0]
+        out["passed"] = report.records
+        if ch is not None:
+            disk = ch.query(
+                "SELECT sum(bytes_on_disk) AS b FROM system.parts "
+                "WHERE database = currentDatabase() AND active"
+            )
+            out["disk_mib"] = int(disk["b"][0]) / 2**20
+        out["peak_mib"] = _peak_mib()
+        engine.dispose()
+    finally:
+        _drop_postgres(pg_admin, pg_url)
+        shutil.rmtree(chdb_dir, ignore_errors=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000000,10000000")
+    parser.add_argument("--batch", type=int, default=10_000)
+    parser.add_argument("--postgres", default=PG)
+    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--worker", nargs=2, metavar=("BACKEND", "N"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        backend, n = args.worker
+        result = worker(backend, int(n), args.batch, args.postgres, args.shards)
+        print(json.dumps(result))
+        return
+    header = ("records", "deployment", "ingest rec/s", "pass rec/s", "values rec/s", "rollups s",
+              "peak RSS MiB", "CH disk MiB")  # fmt: skip
+    widths = (11, 11, 13, 11, 13, 10, 13, 12)
+    print(" ".join(f"{h:>{w}}" for h, w in zip(header, widths, strict=True)))
+    for n in [int(s) for s in args.sizes.split(",")]:
+        results = {}
+        for backend in ("postgresql", "clickhouse"):
+            cmd = [sys.executable, __file__, "--worker", backend, str(n),
+                   "--batch", str(args.batch), "--postgres", args.postgres,
+                   "--shards", str(args.shards)]  # fmt: skip
+            done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+            if done.returncode != 0:
+                print(f"{n:>11,} {backend:>11} failed: {done.stderr.strip()[-600:]}")
+                continue
+            r = json.loads(done.stdout.strip().splitlines()[-1])
+            results[backend] = r
+            values_s = r["pass_s"] - r["rollups_s"]
+            print(
+                f"{n:>11,} {backend:>11} {n / r['ingest_s']:>13,.0f} {n / r['pass_s']:>11,.0f} "
+                f"{n / values_s:>13,.0f} {r['rollups_s']:>10,.1f} "
+                f"{r['peak_mib']:>13,.0f} {r.get('disk_mib', 0):>12,.0f}",
+                flush=True,
+            )
+        if len(results) == 2:
+            pg, ch = results["postgresql"], results["clickhouse"]
+            pg_values, ch_values = pg["pass_s"] - pg["rollups_s"], ch["pass_s"] - ch["rollups_s"]
+            print(
+                f"{'':>11} {'ratio':>11} {pg['ingest_s'] / ch['ingest_s']:>12.2f}x "
+                f"{pg['pass_s'] / ch['pass_s']:>10.2f}x {pg_values / ch_values:>12.2f}x"
+                "   (speed of ClickHouse over PostgreSQL, same run)",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
