@@ -11,16 +11,20 @@ of 512 tokens, 24 h, 8 replicas, 100,000 sessions):
   `insert_usage_values`, which the session routes to service.clickhouse.records),
   the ClickHouse pass (SQL there, rollups to the same PostgreSQL).
 
-Ingest is timed over the insert calls alone (batches of --batch rows, built
-before the clock starts); the pass is the first `catch_up` over all N records,
-rollups written, and within it `values`: the pass without its rollup writes
-(`add_to_rollups`, the same code on both), i.e. reading the records and computing
-the per-request values, the part ClickHouse takes over. Each prints records/s,
+Records go in in time order. Ingest is timed over the insert calls alone (batches
+of --batch rows, built before the clock starts); after every --pass-every records
+(1,000,000) the analytics pass runs (`catch_up`), as the worker does on its
+interval, so a pass after the first is a forward one over the new records,
+looking back W; `pass` is their total, rollups written, and within it `values`:
+the passes without their rollup writes (`add_to_rollups`, the same code on both),
+i.e. reading the records and computing the per-request values, the part
+ClickHouse takes over. Each prints records/s,
 the worker's peak RSS (for chdb that includes the engine, in-process) and
 ClickHouse's bytes on disk.
 
     .venv/bin/python bench/clickhouse.py [--sizes 1000000,10000000] [--batch 10000]
-        [--postgres postgresql+psycopg://postgres@127.0.0.1:5432/test] [--shards 4]
+        [--pass-every 1000000] [--shards 4]
+        [--postgres postgresql+psycopg://postgres@127.0.0.1:5432/test]
 """
 
 from __future__ import annotations
@@ -103,7 +107,9 @@ def _timed(module: Any, name: str) -> list[float]:
     return spent
 
 
-def worker(backend: str, n: int, batch: int, pg_admin: str, shards: int) -> dict[str, Any]:
+def worker(
+    backend: str, n: int, batch: int, pg_admin: str, shards: int, pass_every: int
+) -> dict[str, Any]:
     from bench.analytics_scale import synthetic
     from service import migrate
     from service.clickhouse import clickhouse_for
@@ -129,24 +135,23 @@ def worker(backend: str, n: int, batch: int, pg_admin: str, shards: int) -> dict
         migrate.upgrade(engine)
         ch = clickhouse_for(settings)
         factory = make_sessionmaker(engine, ch)
+        rollups = _timed(analytics_pass, "add_to_rollups")
+        clickhouse_pass.add_to_rollups = analytics_pass.add_to_rollups  # both passes
         received = time.time_ns() // 1000
-        spent = 0.0
+        out["ingest_s"] = out["pass_s"] = 0.0
+        out["passed"] = 0
         for start in range(0, n, batch):
             rows = _rows(frame.slice(start, batch), received)
             t0 = time.perf_counter()
             with factory.begin() as session:
                 insert_usage_values(session, rows)
-            spent += time.perf_counter() - t0
-        out["ingest_s"] = spent
-        del frame
-        rollups = _timed(analytics_pass, "add_to_rollups")
-        clickhouse_pass.add_to_rollups = analytics_pass.add_to_rollups  # both passes
-        t0 = time.perf_counter()
-        with factory.begin() as session:
-            report = catch_up(session, settings)
-        out["pass_s"] = time.perf_counter() - t0
+            out["ingest_s"] += time.perf_counter() - t0
+            if (start + batch) % pass_every == 0 or start + batch >= n:
+                t0 = time.perf_counter()
+                with factory.begin() as session:
+                    out["passed"] += catch_up(session, settings).records
+                out["pass_s"] += time.perf_counter() - t0
         out["rollups_s"] = rollups[0]
-        out["passed"] = report.records
         if ch is not None:
             disk = ch.query(
                 "SELECT sum(bytes_on_disk) AS b FROM system.parts "
@@ -167,11 +172,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--postgres", default=PG)
     parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--pass-every", type=int, default=1_000_000)
     parser.add_argument("--worker", nargs=2, metavar=("BACKEND", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         backend, n = args.worker
-        result = worker(backend, int(n), args.batch, args.postgres, args.shards)
+        result = worker(backend, int(n), args.batch, args.postgres, args.shards, args.pass_every)
         print(json.dumps(result))
         return
     header = ("records", "deployment", "ingest rec/s", "pass rec/s", "values rec/s", "rollups s",
@@ -183,7 +189,7 @@ def main() -> None:
         for backend in ("postgresql", "clickhouse"):
             cmd = [sys.executable, __file__, "--worker", backend, str(n),
                    "--batch", str(args.batch), "--postgres", args.postgres,
-                   "--shards", str(args.shards)]  # fmt: skip
+                   "--shards", str(args.shards), "--pass-every", str(args.pass_every)]  # fmt: skip
             done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
             if done.returncode != 0:
                 print(f"{n:>11,} {backend:>11} failed: {done.stderr.strip()[-600:]}")
