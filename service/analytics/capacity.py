@@ -66,25 +66,17 @@ class CapacityResult:
 def capacity_curve(frame: pl.DataFrame, sizes_tokens: Sequence[int]) -> CapacityResult:
     """LRU replay of the requests with `block_hashes` in (ts_us, id) order, as the
     token hit rate for each capacity in `sizes_tokens` (see the module docstring)."""
-    req = frame.select(
-        pl.col("ts_us").cast(pl.Int64),
-        pl.col("id").cast(pl.Int64),
-        pl.col("model").cast(pl.String),
-        pl.col("prompt_tokens").cast(pl.Int64).fill_null(0),
-        pl.col("block_size").cast(pl.Int64).fill_null(0),
-        pl.col("block_hashes").cast(pl.Binary),
-    ).filter(pl.col("block_hashes").bin.size().fill_null(0) > 0)
+    req = replayed_requests(frame)
     if req.height == 0:
         return CapacityResult(None, None, [CapacityPoint(int(c), None) for c in sizes_tokens])
-    req = req.sort(["ts_us", "id"])
     flat, counts = unpack_blobs(req["block_hashes"])
     (model,) = codes(req["model"])
     prompt = req["prompt_tokens"].to_numpy().astype(np.int64)
     bsizes = req["block_size"].to_numpy().astype(np.int64)
-    block_size = _most_common(bsizes)
+    block_size = most_common(bsizes)
 
     groups = np.repeat(model.astype(np.int64), counts) if model.max() > 0 else None
-    running_max = _running_max_distance(flat, groups, counts)
+    running_max = running_max_distance(flat, groups, counts)
     offsets = offsets_of(counts)
     total = int(prompt.sum())
 
@@ -106,12 +98,29 @@ def capacity_curve(frame: pl.DataFrame, sizes_tokens: Sequence[int]) -> Capacity
     return CapacityResult(block_size, ceiling, points)
 
 
-def _most_common(values: I64) -> int:
+def replayed_requests(frame: pl.DataFrame) -> pl.DataFrame:
+    """The requests a replay takes part in (those with block hashes), typed, in
+    (ts_us, id) order: the exact replay's and the sampled one's (shards.py)."""
+    return (
+        frame.select(
+            pl.col("ts_us").cast(pl.Int64),
+            pl.col("id").cast(pl.Int64),
+            pl.col("model").cast(pl.String),
+            pl.col("prompt_tokens").cast(pl.Int64).fill_null(0),
+            pl.col("block_size").cast(pl.Int64).fill_null(0),
+            pl.col("block_hashes").cast(pl.Binary),
+        )
+        .filter(pl.col("block_hashes").bin.size().fill_null(0) > 0)
+        .sort(["ts_us", "id"])
+    )
+
+
+def most_common(values: I64) -> int:
     uniq, count = np.unique(values, return_counts=True)
     return int(uniq[np.argmax(count)])  # ties: the smaller size
 
 
-def _running_max_distance(keys: I64, groups: I64 | None, counts: I64) -> I64:
+def running_max_distance(keys: I64, groups: I64 | None, counts: I64) -> I64:
     """Per access, the maximum stack distance over its request's blocks so far.
 
     A first-ever access has distance len(keys) + 1 (never resident)."""

@@ -9,7 +9,7 @@ block the sampled trace touches about R times the distinct blocks the full trace
 does, so its stack distance d' estimates R * d, and "resident in a cache of K
 blocks" (d < K) becomes d' < R * K: the replay runs over the sampled accesses with
 the capacity scaled down by R. `capacity.py`'s machinery does the replay unchanged
-(`_running_max_distance` over the sampled keys, in request order, each request's
+(`running_max_distance` over the sampled keys, in request order, each request's
 sampled blocks in their order).
 
 The predicate is ClickHouse's `intHash64(key) % 10000 < T` with T = round(R *
@@ -105,7 +105,7 @@ from service.analytics._arrays import (
     previous_occurrences,
     unpack_blobs,
 )
-from service.analytics.capacity import _most_common, _running_max_distance
+from service.analytics.capacity import most_common, replayed_requests, running_max_distance
 
 U64 = npt.NDArray[np.uint64]
 Anchor = Literal["ceiling", "blocks"]
@@ -274,7 +274,7 @@ def sampled_curve_from_uses(
         exact = _exact_ceiling(ceiling_tokens, prompt_tokens)
         return _empty(threshold, anchor, block_size, exact, sizes_tokens)
     group_codes: I64 | None = None if groups is None else np.asarray(groups, dtype=np.int64)
-    running_max = _running_max_distance(flat, group_codes, per_request[per_request > 0])
+    running_max = running_max_distance(flat, group_codes, per_request[per_request > 0])
     never = len(flat) + 1  # a sampled block's first access: resident in no cache
     seen = running_max < never
     # Sampling units: key values (the predicate looks at the key only).
@@ -351,17 +351,9 @@ def _block_uses(frame: pl.DataFrame, *, exact_ceiling: bool) -> _BlockUses | Non
     `exact_ceiling`: also count the unbounded cache's hit tokens (one sort of all
     keys: a block is in it iff an earlier request carried it, within the leading
     run)."""
-    req = frame.select(
-        pl.col("ts_us").cast(pl.Int64),
-        pl.col("id").cast(pl.Int64),
-        pl.col("model").cast(pl.String),
-        pl.col("prompt_tokens").cast(pl.Int64).fill_null(0),
-        pl.col("block_size").cast(pl.Int64).fill_null(0),
-        pl.col("block_hashes").cast(pl.Binary),
-    ).filter(pl.col("block_hashes").bin.size().fill_null(0) > 0)
+    req = replayed_requests(frame)
     if req.height == 0:
         return None
-    req = req.sort(["ts_us", "id"])
     flat, counts = unpack_blobs(req["block_hashes"])
     (codes_,) = codes(req["model"])
     model = codes_.astype(np.int64) if codes_.max() > 0 else None
@@ -384,7 +376,7 @@ def _block_uses(frame: pl.DataFrame, *, exact_ceiling: bool) -> _BlockUses | Non
         prompt=prompt,
         bsizes=bsizes,
         model=model,
-        block_size=_most_common(bsizes),
+        block_size=most_common(bsizes),
         prompt_tokens=int(prompt.sum()),
         covered_tokens=int(np.minimum(prompt, counts * bsizes).sum()),
         ceiling_tokens=ceiling_tokens,

@@ -21,7 +21,7 @@ import random
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -167,24 +167,33 @@ def visible_high_id(ch: ClickHouse, lag_s: float, now_us: int | None = None) -> 
     return min(newest, id_floor(now - round(lag_s * 1_000_000)) - 1)
 
 
-def new_records(ch: ClickHouse, after_id: int, high_id: int, mark: tuple[int, int] | None) -> Any:
-    """(count, earliest ts, earliest late ts or None, newest (ts, id)) of the
-    records with ids in (after_id, high_id]: late is at or before `mark`."""
+class NewRecords(NamedTuple):
+    """The records with ids in (after_id, high_id]: how many, their earliest ts,
+    the earliest of the late ones (at or before the watermark; None: none late),
+    and the newest (ts, id)."""
+
+    count: int
+    first_ts: int
+    first_late_ts: int | None
+    newest: tuple[int, int]
+
+
+def new_records(
+    ch: ClickHouse, after_id: int, high_id: int, mark: tuple[int, int] | None
+) -> NewRecords:
     late = "0"
     if mark is not None:
         late = f"ts_us < {int(mark[0])} OR (ts_us = {int(mark[0])} AND id <= {int(mark[1])})"
     frame = ch.query(
         f"""SELECT count() AS n, min(ts_us) AS first, countIf({late}) AS n_late,
-                   minIf(ts_us, {late}) AS first_late, max((ts_us, id)) AS newest
+                   minIf(ts_us, {late}) AS first_late,
+                   argMax(ts_us, (ts_us, id)) AS newest_ts, max((ts_us, id)).2 AS newest_id
             FROM usage_records FINAL WHERE id > {int(after_id)} AND id <= {int(high_id)}"""
     )
     row = frame.row(0, named=True)
-    newest = row["newest"]
-    if isinstance(newest, dict):
-        newest = tuple(newest.values())
-    return (
+    return NewRecords(
         int(row["n"]),
         int(row["first"] or 0),
         int(row["first_late"]) if row["n_late"] else None,
-        (int(newest[0]), int(newest[1])),
+        (int(row["newest_ts"] or 0), int(row["newest_id"] or 0)),
     )

@@ -65,36 +65,42 @@ def catch_up(session: Session, settings: Settings, ch: ClickHouse) -> PassReport
     mark_window, mark = _watermark(session)
     exact_from = exact_from_us(session, w_us)
     straggler = _stragglers(ch, low, exact_from) if mark is not None else None
-    count, first_ts, first_late, newest = ch_records.new_records(ch, low, high, mark)
-    if count == 0 and straggler is None:
+    new = ch_records.new_records(ch, low, high, mark)
+    if new.count == 0 and straggler is None:
         repository.set_cursor(session, CURSOR, high, time.time_ns() // 1000)
         return PassReport(0, None)
     if mark_window is not None and mark_window != w_us:
-        recompute_from: int | None = exact_from
+        rebuild_from: int | None = exact_from  # W changed: everything on record
     else:
-        late = [ts for ts in (first_late, straggler) if ts is not None]
-        recompute_from = (min(late) // _HOUR_US) * _HOUR_US if late else None
-        if recompute_from is not None:
-            recompute_from = max(recompute_from, exact_from)
+        rebuild_from = _late_hour([new.first_late_ts, straggler], exact_from)
     annotate = profiles_for(settings).annotate
     shards = settings.clickhouse_pass_shards
-    if recompute_from is None:
-        scope = Scope(max(first_ts, exact_from), high, w_us, after_id=low)
+    if rebuild_from is None:
+        scope = Scope(max(new.first_ts, exact_from), high, w_us, after_id=low)
         records, results = ch_analytics.compute(ch, scope, shards, annotate)
         _store_results(ch, results)
         tail_us = mark[0] if mark is not None else None
         kept = settings.group_values_kept
         add_to_rollups(session, records, results, kept, segments_from_us=tail_us)
     else:
-        scope = Scope(recompute_from, high, w_us)
+        scope = Scope(rebuild_from, high, w_us)
         records, results = ch_analytics.compute(ch, scope, shards, annotate)
         _store_results(ch, results)
-        replace_rollups_from(session, settings, recompute_from, records, results)
-    if count:
-        mark = newest if mark is None else max(mark, newest)
+        replace_rollups_from(session, settings, rebuild_from, records, results)
+    if new.count:
+        mark = new.newest if mark is None else max(mark, new.newest)
     _save_watermark(session, w_us, mark)
     repository.set_cursor(session, CURSOR, high, time.time_ns() // 1000)
-    return PassReport(count, recompute_from)
+    return PassReport(new.count, rebuild_from)
+
+
+def _late_hour(late_ts: list[int | None], exact_from: int) -> int | None:
+    """The hour to rebuild from: that of the earliest late record, never before
+    what can be rebuilt exactly; None for a forward pass."""
+    late = [ts for ts in late_ts if ts is not None]
+    if not late:
+        return None
+    return max((min(late) // _HOUR_US) * _HOUR_US, exact_from)
 
 
 def _stragglers(ch: ClickHouse, low: int, exact_from: int) -> int | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,16 +50,25 @@ def profiled(tmp_path: Path, settings: Settings) -> Settings:
     return settings.model_copy(update={"models_file": path})
 
 
+@pytest.fixture(params=["chdb", "server"])
+def clickhouse_url(request: pytest.FixtureRequest, chdb_url: str) -> str:
+    """The engine in-process, and Debian's clickhouse-server (18.16) over HTTP."""
+    if request.param == "chdb":
+        return chdb_url
+    server: str = request.getfixturevalue("clickhouse_server")
+    return f"{server}t_{uuid.uuid4().hex[:12]}"
+
+
 @pytest.fixture
 def clickhouse_sessions(
-    tmp_path: Path, profiled: Settings, chdb_url: str
+    tmp_path: Path, profiled: Settings, clickhouse_url: str
 ) -> Iterator[tuple[Settings, sessionmaker[Session]]]:
-    """A second deployment: its own relational database, its records in chdb."""
+    """A second deployment: its own relational database, its records in ClickHouse."""
     url = fresh_database_url(tmp_path, "clickhouse")
     ch_settings = profiled.model_copy(
         update={
             "database_url": url,
-            "clickhouse_url": chdb_url,
+            "clickhouse_url": clickhouse_url,
             "clickhouse_visibility_lag_s": 0.0,
         }
     )
