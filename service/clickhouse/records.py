@@ -172,7 +172,7 @@ class NewRecords(NamedTuple):
     the earliest of the late ones (at or before the watermark; None: none late),
     and the newest (ts, id)."""
 
-    count: int
+    n: int
     first_ts: int
     first_late_ts: int | None
     newest: tuple[int, int]

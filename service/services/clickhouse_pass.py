@@ -66,7 +66,7 @@ def catch_up(session: Session, settings: Settings, ch: ClickHouse) -> PassReport
     exact_from = exact_from_us(session, w_us)
     straggler = _stragglers(ch, low, exact_from) if mark is not None else None
     new = ch_records.new_records(ch, low, high, mark)
-    if new.count == 0 and straggler is None:
+    if new.n == 0 and straggler is None:
         repository.set_cursor(session, CURSOR, high, time.time_ns() // 1000)
         return PassReport(0, None)
     if mark_window is not None and mark_window != w_us:
@@ -87,11 +87,11 @@ def catch_up(session: Session, settings: Settings, ch: ClickHouse) -> PassReport
         records, results = ch_analytics.compute(ch, scope, shards, annotate)
         _store_results(ch, results)
         replace_rollups_from(session, settings, rebuild_from, records, results)
-    if new.count:
+    if new.n:
         mark = new.newest if mark is None else max(mark, new.newest)
     _save_watermark(session, w_us, mark)
     repository.set_cursor(session, CURSOR, high, time.time_ns() // 1000)
-    return PassReport(new.count, rebuild_from)
+    return PassReport(new.n, rebuild_from)
 
 
 def _late_hour(late_ts: list[int | None], exact_from: int) -> int | None:
