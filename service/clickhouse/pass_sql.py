@@ -26,8 +26,9 @@ The rewarm causes need, for the deepest seen block only, the previous carrier's 
 and TTFT (above) and whether the rewarm's own replica carried that key within W
 (`same_replica_sql`, a join of the few routing-or-eviction rewarms against the
 uses of their keys). History rewrites need each session request's previous
-request in the session, however old: `reuse_sql` groups the sessions of the range
-and gives the leading blocks in common with that request.
+request in the session, however old: `reuse_sql` reads the range's sessions from
+`session_requests` (sorted by session, so each session's latest request before the
+range is a primary-key read) and gives the leading blocks in common with it.
 
 Every statement reads `FINAL`: two stored copies of one request (a retry that
 raced its first attempt) count once, the first received (docs/deployment.md).

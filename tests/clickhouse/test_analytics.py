@@ -23,6 +23,10 @@ from tests.analytics.conftest import mooncake_frame
 from tests.analytics.reference import Record, to_frame
 from tests.analytics.test_properties import WINDOWS, traffic
 from tests.clickhouse.frames import annotate_from, insert_frame
+from tests.conftest import is_postgres_run
+
+#: The relational database plays no part here: one of `make test`'s two runs is enough.
+pytestmark = pytest.mark.skipif(is_postgres_run(), reason="no relational database involved")
 
 TABLES = ("usage_records", "block_uses", "session_requests", "request_results")
 TOL = 1e-6

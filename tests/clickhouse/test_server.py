@@ -4,6 +4,7 @@ the tables, views and migrations run on it unchanged."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from service.clickhouse import migrate
@@ -12,6 +13,10 @@ from tests.analytics.conftest import mooncake_frame
 from tests.analytics.reference import Record
 from tests.analytics.test_properties import WINDOWS, traffic
 from tests.clickhouse.test_analytics import assert_same, clickhouse_results
+from tests.conftest import is_postgres_run
+
+#: The relational database plays no part here: one of `make test`'s two runs is enough.
+pytestmark = pytest.mark.skipif(is_postgres_run(), reason="no relational database involved")
 
 
 def test_it_is_the_old_server(server: ClickHouse) -> None:
