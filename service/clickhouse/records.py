@@ -4,9 +4,10 @@ Ids. ClickHouse has no sequence, so each API process makes its own, in the layou
 of Twitter's Snowflake: milliseconds since the epoch (41 bits), a random process
 salt (10 bits), a counter within the millisecond (12 bits). They increase with
 arrival within a process and break ties between equal `ts_us` as the relational
-ids do. Their time part is what makes a cursor possible: every record with an id
-below `id_floor(t)` was received before t, so once inserts take less than
-`clickhouse_visibility_lag_s`, every one of them is visible (`visible_high_id`).
+ids do. Their time part is what makes a cursor possible: a record received at t
+or later has an id of at least `id_floor(t)`, so the pass, having waited out the
+inserts in flight, reads up to `id_floor(now - lag)` (`visible_high_id`) and no
+later insert can fall below it, on any API host whose clock is within the lag.
 
 Duplicates. A record whose request_id is stored is a duplicate (contract
 section 1): the insert looks the batch's request_ids up first and stores only the

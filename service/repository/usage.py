@@ -7,7 +7,7 @@ from itertools import chain
 from typing import Any, cast
 
 import psycopg
-from sqlalchemy import Table, select
+from sqlalchemy import Table, select, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
@@ -32,6 +32,10 @@ def insert_usage_values(session: Session, values: Iterable[tuple[Any, ...]]) -> 
     (also by a concurrent writer). Returns how many were inserted. `values` may be
     lazy: an exception it raises leaves none of its rows stored, and propagates."""
     if (ch := clickhouse_of(session)) is not None:
+        if session.get_bind().dialect.name == "postgresql":
+            # Held until the ingest transaction ends, after the insert: the pass
+            # waits for it before reading the highest id (service.clickhouse.records).
+            session.execute(text(HOLD_INGEST_LOCK))
         return ch_records.insert_usage(ch, values)
     rows = iter(values)
     first = next(rows, None)

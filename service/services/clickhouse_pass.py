@@ -4,9 +4,14 @@
 
 It follows the relational pass's plan, with ids from ClickHouse:
 
-* the cursor is the highest id read (`visible_high_id`: records received at least
-  `clickhouse_visibility_lag_s` ago), kept under the relational pass's own cursor
-  name, so retention and health read it as they always have;
+* the cursor is the highest id read, kept under the relational pass's own cursor
+  name, so retention and health read it as they always have. It is read as the
+  relational pass reads its own: after waiting out every ingest transaction in
+  flight (`ingest_quiesced`: on PostgreSQL each holds the ingest lock shared
+  until its ClickHouse insert is written), and no higher than the records
+  received `clickhouse_visibility_lag_s` ago (`visible_high_id`), so an insert
+  that starts later, on any API host whose clock is within the lag, takes a
+  higher id;
 * a forward pass (every new record after the watermark, the newest (ts, id)
   computed) computes the new records only, each once, and merges their sums into
   the tail buckets;
@@ -17,10 +22,7 @@ It follows the relational pass's plan, with ids from ClickHouse:
 
 The per-request results are written to ClickHouse's `request_results` (the
 latest pass's row of a request is the one that counts) and the rollups to the
-relational database, in the caller's transaction. A record that became visible
-only after the cursor passed its id (an insert slower than the lag) is found by
-`_stragglers` within `RECHECK_US` of ids below the cursor, and handled as a late
-record.
+relational database, in the caller's transaction.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from service.clickhouse import records as ch_records
 from service.clickhouse.client import ClickHouse
 from service.clickhouse.pass_sql import Scope
 from service.profiles import profiles_for
+from service.repository.locks import ingest_quiesced
 from service.services import chart_rollups
 from service.services.analytics_pass import (
     CURSOR,
@@ -50,9 +53,6 @@ from service.services.analytics_pass import (
 from service.settings import Settings
 
 _HOUR_US = 3600 * 1_000_000
-#: How far below the cursor (in id time) each pass looks for records that became
-#: visible late.
-RECHECK_US = 600 * 1_000_000
 
 
 def catch_up(session: Session, settings: Settings, ch: ClickHouse) -> PassReport:
@@ -60,19 +60,19 @@ def catch_up(session: Session, settings: Settings, ch: ClickHouse) -> PassReport
     repository.take_analytics_lock(session)
     chart_rollups.ensure_built(session)
     low = repository.get_cursor(session, CURSOR)
-    high = max(low, ch_records.visible_high_id(ch, settings.clickhouse_visibility_lag_s))
+    with ingest_quiesced(session):  # every insert in flight has finished
+        high = max(low, ch_records.visible_high_id(ch, settings.clickhouse_visibility_lag_s))
     w_us = window_us(settings.reuse_window_s)
     mark_window, mark = _watermark(session)
     exact_from = exact_from_us(session, w_us)
-    straggler = _stragglers(ch, low, exact_from) if mark is not None else None
     new = ch_records.new_records(ch, low, high, mark)
-    if new.n == 0 and straggler is None:
+    if new.n == 0:
         repository.set_cursor(session, CURSOR, high, time.time_ns() // 1000)
         return PassReport(0, None)
     if mark_window is not None and mark_window != w_us:
         rebuild_from: int | None = exact_from  # W changed: everything on record
     else:
-        rebuild_from = _late_hour([new.first_late_ts, straggler], exact_from)
+        rebuild_from = _late_hour(new.first_late_ts, exact_from)
     annotate = profiles_for(settings).annotate
     shards = settings.clickhouse_pass_shards
     if rebuild_from is None:
@@ -94,26 +94,12 @@ def catch_up(session: Session, settings: Settings, ch: ClickHouse) -> PassReport
     return PassReport(new.n, rebuild_from)
 
 
-def _late_hour(late_ts: list[int | None], exact_from: int) -> int | None:
+def _late_hour(first_late_ts: int | None, exact_from: int) -> int | None:
     """The hour to rebuild from: that of the earliest late record, never before
     what can be rebuilt exactly; None for a forward pass."""
-    late = [ts for ts in late_ts if ts is not None]
-    if not late:
+    if first_late_ts is None:
         return None
-    return max((min(late) // _HOUR_US) * _HOUR_US, exact_from)
-
-
-def _stragglers(ch: ClickHouse, low: int, exact_from: int) -> int | None:
-    """The earliest ts of records at or below the cursor, within RECHECK_US of it,
-    that no pass has computed: they became visible after the cursor passed."""
-    floor = low - ch_records.id_floor(RECHECK_US)
-    frame = ch.query(
-        f"""SELECT min(ts_us) AS ts, count() AS n FROM usage_records FINAL
-            WHERE id > {int(floor)} AND id <= {int(low)} AND ts_us >= {int(exact_from)}
-              AND id NOT IN (
-                SELECT id FROM request_results WHERE id > {int(floor)} AND id <= {int(low)})"""
-    )
-    return int(frame["ts"][0]) if int(frame["n"][0]) else None
+    return max((first_late_ts // _HOUR_US) * _HOUR_US, exact_from)
 
 
 def _store_results(ch: ClickHouse, results: pl.DataFrame) -> None:
