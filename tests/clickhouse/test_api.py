@@ -20,6 +20,7 @@ from service.clickhouse import clickhouse_for
 from service.models import RejectedRecord, UsageRecord
 from service.services.tokens import Scope, create_token
 from service.settings import Settings
+from tests.api.test_usage import record as usage_record
 from tests.conftest import drop_database, fresh_database_url
 
 
@@ -50,17 +51,9 @@ def headers(client: TestClient, scope: str) -> dict[str, str]:
 
 
 def record(i: int, **extra: object) -> dict[str, object]:
-    return {
-        "request_id": f"req-{i}",
-        "ts": 1_700_000_000 + i,
-        "service": "assistant",
-        "model": "m",
-        "prompt_tokens": 1000,
-        "cached_tokens": 500 + i,
-        "block_size": 100,
-        "block_hashes": [1, 2, 3, 4, 5, 6, 7, 8, 9, i + 100],
-        **extra,
-    }
+    """test_usage's record, with ten blocks of which the first nine are shared."""
+    blocks = {"block_size": 100, "block_hashes": [1, 2, 3, 4, 5, 6, 7, 8, 9, i + 100]}
+    return usage_record(i, cached_tokens=500 + i, **{**blocks, **extra})
 
 
 def test_ingest_then_read(deployment: TestClient, chdb_url: str, settings: Settings) -> None:
