@@ -59,11 +59,12 @@ class Settings(BaseSettings):
     # database lock, so it runs once at a time either way.
     run_jobs: bool = True
     analytics_interval_s: int = Field(30, gt=0)
-    # The lasting-drop rule: at least this much absolute and relative hit-rate drop,
-    # lasting at least this many detection buckets.
+    # The lasting-drop rule (contract sections 5 and 5c): at least this much absolute
+    # and relative hit-rate drop, lasting at least `detect_min_duration_s` (in whole
+    # detection buckets, rounded up).
     drop_min_abs: float = Field(0.10, gt=0, le=1)
     drop_min_rel: float = Field(0.20, gt=0, le=1)
-    drop_min_buckets: int = Field(3, ge=1)
+    detect_min_duration_s: int = Field(1800, gt=0)
     detect_lookback_days: int = Field(14, ge=1)
     # Groups (contract sections 4b, 5, 5a; docs/groups.md): detection also watches
     # each scenario and the `detect_top_tenants` tenants with the most prompt tokens
@@ -109,6 +110,11 @@ class Settings(BaseSettings):
     # eviction: the KV budget reported is where the capacity curve reaches this
     # share of the ceiling.
     finding_ceiling_target: float = Field(0.95, gt=0, le=1)
+    # A pass that needs the database another pass holds (`cachewatch detect`, and each
+    # job of the server or worker: SQLite's write lock, PostgreSQL's advisory lock of
+    # the pass) waits this long for it, then skips: the command says so on stderr and
+    # exits 75, the job logs one warning and runs again at its next interval.
+    pass_lock_wait_s: float = Field(60.0, ge=0)
 
     @model_validator(mode="after")
     def _one_body_fits_the_inflight_budget(self) -> "Settings":

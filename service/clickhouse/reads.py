@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import orjson
 import polars as pl
 
@@ -130,6 +132,34 @@ def segment_rows(
         {"ts_us": pl.Int64(), "segments": pl.String()},
     )
     return [(ts, orjson.loads(text)) for ts, text in frame.iter_rows()]
+
+
+def session_sums(
+    ch: ClickHouse,
+    service: str,
+    model: str,
+    from_us: int,
+    to_us: int,
+    group: tuple[str, str] | None,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Prompt and cached tokens per session (a record without one is its own): what
+    `service.detection.evidence` weighs a drop's opening hours by."""
+    if group is not None and group[0] not in ("scenario", "tenant", "deploy"):
+        raise ValueError(f"not a group field: {group[0]}")
+    where = _where(
+        f"service = {quote(service)}",
+        f"model = {quote(model)}",
+        f"ts_us >= {int(from_us)}",
+        f"ts_us < {int(to_us)}",
+        None if group is None else f"{group[0]} = {quote(group[1])}",
+    )
+    frame = ch.query(
+        "SELECT toFloat64(sum(prompt_tokens)) AS prompt, toFloat64(sum(cached_tokens)) AS cached "
+        f"FROM usage_records FINAL WHERE {where} "
+        "GROUP BY ifNull(session_id, request_id)",
+        {"prompt": pl.Float64(), "cached": pl.Float64()},
+    )
+    return frame["prompt"].to_numpy(), frame["cached"].to_numpy()
 
 
 def newest_record(

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -75,7 +74,19 @@ class VectorBinseg(rpt.Binseg):  # type: ignore[misc]
     one NumPy expression instead of two Python calls per candidate. Same gains, same
     choice (the largest gain, ties to the later split, as `max` over (gain, bkp)
     pairs picks), so the same change points, in a fraction of the time: what lets
-    detection watch a service's groups as well as the service."""
+    detection watch a service's groups as well as the service.
+
+    With `dips`, a segment's best split may also be the start of a *dip*: an
+    interval [a, b) inside it whose level differs from both sides (a release rolled
+    back 40 minutes later). Plain binary segmentation misses a short dip in a long
+    segment: a single split at either of its edges gains about m^2 delta^2 / n, far
+    below the penalty, however deep the dip. The dip's own gain (both splits at
+    once) is computed for dip lengths on a geometric grid from `min_size` up, each
+    length for every start in one NumPy expression, and wins when it beats the best
+    single split by one more penalty (it is a second change point); the split at its
+    end follows on the next round, where it is a plain step."""
+
+    dip_penalty: float | None = None
 
     @cache  # noqa: B019 - ruptures clears it on every fit
     def single_bkp(self, start: int, end: int) -> tuple[int | None, float]:
@@ -84,40 +95,96 @@ class VectorBinseg(rpt.Binseg):  # type: ignore[misc]
         bkps = bkps[(bkps - start >= self.min_size) & (end - bkps >= self.min_size)]
         if not len(bkps):
             return None, 0
-        gains = cost.error(start, end) - cost.errors(start, bkps) - cost.errors(bkps, end)
+        total = cost.error(start, end)
+        gains = total - cost.errors(start, bkps) - cost.errors(bkps, end)
         best = len(gains) - 1 - int(np.argmax(gains[::-1]))
-        return int(bkps[best]), float(gains[best])
+        bkp, gain = int(bkps[best]), float(gains[best])
+        if self.dip_penalty is not None:
+            dip = _best_dip(cost, start, end, self.min_size, total)
+            if dip is not None and dip[1] - self.dip_penalty > gain:
+                return dip[0], dip[1] - self.dip_penalty
+        return bkp, gain
+
+
+def _dip_lengths(shortest: int, longest: int) -> npt.NDArray[np.int64]:
+    """Dip lengths to try: every length up to twice the shortest, then 1.25 times
+    apart (a dip found at a nearby length is refined by the splits that follow)."""
+    if longest < shortest:
+        return np.zeros(0, dtype=np.int64)
+    grid = [*range(shortest, min(2 * shortest, longest) + 1)]
+    length = float(grid[-1])
+    while True:
+        length *= 1.25
+        if round(length) > longest:
+            break
+        grid.append(round(length))
+    return np.unique(np.array(grid, dtype=np.int64))
+
+
+def _best_dip(
+    cost: WeightedMeanCost, start: int, end: int, min_size: int, total: float
+) -> tuple[int, float] | None:
+    """The start and gain of the best dip [a, a + m) of [start, end), with at least
+    `min_size` buckets on each side and in it."""
+    best: tuple[int, float] | None = None
+    for m in _dip_lengths(min_size, end - start - 2 * min_size):
+        a = np.arange(start + min_size, end - min_size - m + 1)
+        if not len(a):
+            continue
+        gains = total - cost.errors(start, a) - cost.errors(a, a + m) - cost.errors(a + m, end)
+        i = int(np.argmax(gains))
+        if best is None or gains[i] > best[1]:
+            best = (int(a[i]), float(gains[i]))
+    return best
 
 
 @dataclass(frozen=True)
 class DropRule:
-    """What counts as a regression: a drop of at least `min_abs` (absolute) and
-    `min_rel` (relative to the level before), lasting `min_buckets` buckets."""
+    """What counts as a regression (contract section 5 and 5c): a drop of at least
+    `min_abs` (absolute) and `min_rel` (relative to the level expected), lasting
+    `min_buckets` buckets (`CACHEWATCH_DETECT_MIN_DURATION_S` over the bucket), and
+    `z_score` standard errors beyond what the buckets' counts let chance make."""
 
     min_abs: float = 0.10
     min_rel: float = 0.20
-    min_buckets: int = 3
+    min_buckets: int = 6
     beta: float = 3.0
     sigma_floor: float = 0.01
+    z_score: float = 3.0
 
 
 @dataclass(frozen=True)
 class Segment:
     start: int  # index into the series (inclusive)
     end: int  # exclusive
-    level: float  # token-weighted hit rate
+    level: float  # token-weighted mean of the series searched (hit rate, or adjusted)
     weight: float  # tokens
+
+
+@dataclass(frozen=True)
+class Opening:
+    """The first hours of a drop's after side that a judgement could be made on:
+    series indexes [start, end) and the hit rate expected there."""
+
+    start: int
+    end: int
+    expected: float
 
 
 @dataclass(frozen=True)
 class Drop:
     """A lasting drop at series index `at`; `recovered_at`: the first index of a later
-    segment back near the level before (None: still low)."""
+    segment back near the level before (None: still low). `fall`: how far below the
+    expected level the after side is (the smaller of the seasonal and the lull
+    judgement, `service.detection.drops`); segment levels are of the adjusted
+    series."""
 
     at: int
     before: Segment
     after: Segment
     recovered_at: int | None
+    fall: float = 0.0
+    opening: Opening | None = None
 
 
 def noise_sigma(y: Floats, w: Floats) -> float:
@@ -129,20 +196,43 @@ def noise_sigma(y: Floats, w: Floats) -> float:
 
 
 def segments(y: Floats, w: Floats, rule: DropRule) -> list[Segment]:
-    """Change points of the weighted series, as segments with their levels."""
+    """Change points of the weighted series, short dips included, as segments with
+    their levels."""
     n = len(y)
     if n == 0:
         return []
     w = w / w.mean()
-    bkps = [n]
-    if n >= 2 * rule.min_buckets:
-        sigma = max(noise_sigma(y, w), rule.sigma_floor)
-        penalty = rule.beta * sigma * sigma * math.log(n)
-        algo = VectorBinseg(custom_cost=WeightedMeanCost(), min_size=rule.min_buckets, jump=1)
-        bkps = algo.fit(np.column_stack([y, w])).predict(pen=penalty)
-    bounds = [0, *bkps]
-    parts = [_segment(y, w, a, b) for a, b in itertools.pairwise(bounds)]
+    if n < 2 * rule.min_buckets:
+        return [_segment(y, w, 0, n)]
+    sigma = max(noise_sigma(y, w), rule.sigma_floor)
+    penalty = rule.beta * sigma * sigma * math.log(n)
+    algo = VectorBinseg(custom_cost=WeightedMeanCost(), min_size=rule.min_buckets, jump=1)
+    algo.dip_penalty = penalty
+    bkps = algo.fit(np.column_stack([y, w])).predict(pen=penalty)
+    parts = _parts(y, w, _refined(bkps, algo.cost))
     return _absorb_transitions(_merge_close(parts, y, w, rule), y, w, rule)
+
+
+def _parts(y: Floats, w: Floats, bkps: list[int]) -> list[Segment]:
+    return [_segment(y, w, a, b) for a, b in itertools.pairwise([0, *bkps])]
+
+
+def _refined(bkps: list[int], cost: WeightedMeanCost) -> list[int]:
+    """Each change point moved to the best split between its neighbours (twice over),
+    however short that leaves a segment: binary segmentation fixes a point before it
+    sees its neighbours (and a dip's start is found at a grid length), so a change can
+    sit a bucket or two off, and its minimum segment size keeps later splits from
+    mending it. Segments left short and alike are merged next (`_merge_close`)."""
+    points = [0, *bkps]
+    for _ in range(2):
+        for k in range(1, len(points) - 1):
+            lo, hi = points[k - 1], points[k + 1]
+            candidates = np.arange(lo + 1, hi)
+            if not len(candidates):
+                continue
+            gains = -cost.errors(lo, candidates) - cost.errors(candidates, hi)
+            points[k] = int(candidates[int(np.argmax(gains))])
+    return points[1:]
 
 
 def _segment(y: Floats, w: Floats, start: int, end: int) -> Segment:
@@ -224,58 +314,3 @@ def busy(w: Floats, wait: Floats | None = None) -> npt.NDArray[np.bool_]:
     if wait is None or not np.any(wait > 0):
         return by_tokens
     return by_tokens | (wait >= BUSY_WAIT * float(np.quantile(wait, 0.75)))
-
-
-def _busy_buckets_down(
-    y: Floats, is_busy: npt.NDArray[np.bool_], before: Segment, after: Segment
-) -> int:
-    """How many buckets of the after segment are busy and sit below the half-way
-    level."""
-    midpoint = (before.level + after.level) / 2
-    window = slice(after.start, after.end)
-    return int((is_busy[window] & (y[window] <= midpoint)).sum())
-
-
-def lasting_drops(y: Floats, w: Floats, rule: DropRule, wait: Floats | None = None) -> list[Drop]:
-    """Every segment boundary where the level falls by the rule's amounts and stays
-    down for at least `min_buckets` busy buckets (`busy`; `wait` is each bucket's
-    callers' summed wait for the first token, when known)."""
-    parts = segments(y, w, rule)
-    w_norm = w / w.mean() if len(w) else w
-    is_busy = busy(w, wait)  # once per series: its quantiles are the whole series'
-    drops = []
-    for i in range(1, len(parts)):
-        before, after = parts[i - 1], parts[i]
-        fall = before.level - after.level + _EPSILON
-        if fall < rule.min_abs or fall < rule.min_rel * before.level:
-            continue
-        if _busy_buckets_down(y, is_busy, before, after) < rule.min_buckets:
-            continue
-        recovered = next(
-            (
-                p.start
-                for p in parts[i + 1 :]
-                if p.level >= before.level - max(rule.min_abs / 2, fall / 4)
-            ),
-            None,
-        )
-        drops.append(Drop(_crossing(y, w_norm, before, after), before, after, recovered))
-    return drops
-
-
-def separate_episodes(drops: Sequence[Drop], explained: Callable[[Drop], bool]) -> list[Drop]:
-    """The drops worth a regression each. A drop that starts while the series is still
-    down from the previous reported one is a new regression only when `explained`
-    (a change event stands beside it); otherwise it is the same episode getting worse,
-    e.g. a cut KV budget hurting more when the night's working set shifts, and a
-    second alert would only repeat the first."""
-    reported: list[Drop] = []
-    for drop in drops:
-        previous = reported[-1] if reported else None
-        still_down = previous is not None and (
-            previous.recovered_at is None or previous.recovered_at > drop.at
-        )
-        if still_down and not explained(drop):
-            continue
-        reported.append(drop)
-    return reported

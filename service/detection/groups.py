@@ -1,12 +1,15 @@
-"""Regressions of groups and canaries (contract sections 5 and 5a), as pure functions
-over the groups' detection series.
+"""Regressions of groups and canaries (contract sections 5, 5a and 5c), as pure
+functions over the groups' detection series.
 
-A group (a scenario, one of the busiest tenants) is watched with the service's own
-lasting-drop rule: its drop is a regression of its own unless the whole service
-dropped at the same time (`explained_by_service`): one change of the whole service is
-one regression, not one per group. A scenario holding 5% of a service's tokens that
-loses its prefix moves the service by a few points, below every threshold, and is
-found only here.
+A group (a scenario, one of the busiest tenants) is judged as a series of its own
+(`service.detection.drops`: its seasons, its lulls, its counts), and then against
+its service: its drop is a regression only when it fell against the rest of the
+service over the same buckets (`fell_against_rest`): a tenant whose 3 evening
+requests expire with the rest of the model's traffic did not fall against it. It is
+also not its own when the whole service dropped at the same time
+(`explained_by_service`): one change of the whole service is one regression, not
+one per group. A scenario holding 5% of a service's tokens that loses its prefix
+moves the service by a few points, below every threshold, and is found only here.
 
 A canary is not a change in time but a difference side by side: while two deploy
 tags of one (service, model) serve in the same buckets, the newer tag (first seen
@@ -14,9 +17,10 @@ later) is compared with the older one that served the most beside it, over the
 buckets both served (`canaries`). Both sides see the same hours, the same load and
 the same cache (the scope of reuse is the model), so the difference is the release's.
 The rule is the regression's: the newer tag's hit rate is lower by `min_abs` and
-`min_rel` over those buckets, and below half-way in at least `min_buckets` of them:
-lasting, not one cold bucket. It is found while the canary is small, `min_buckets`
-buckets after its first request.
+`min_rel` over those buckets, below half-way in at least `min_buckets` of them
+(lasting, not one cold bucket), and by `z_score` standard errors of both tags'
+request counts. It is found while the canary is small, `min_buckets` buckets after
+its first request.
 """
 
 from __future__ import annotations
@@ -30,17 +34,14 @@ import numpy.typing as npt
 import polars as pl
 
 from service.analytics.definitions import SUM_COLUMNS, USD_COLUMNS
-from service.detection.changepoints import (
-    Drop,
-    DropRule,
-    WeightedMeanCost,
-    lasting_drops,
-    noise_sigma,
-)
+from service.detection.changepoints import Drop, DropRule, WeightedMeanCost, noise_sigma
+from service.detection.drops import find_drops
 from service.detection.series import Series, Stretch, stretch
 
 _EPSILON = 1e-9
 K = TypeVar("K")
+Floats = npt.NDArray[np.float64]
+Bools = npt.NDArray[np.bool_]
 _TYPES = {c: np.float64 if c in USD_COLUMNS else np.int64 for c in SUM_COLUMNS}
 
 
@@ -76,60 +77,74 @@ def explained_by_service(group_us: int, service_us: list[int], reach_us: int) ->
     return any(abs(group_us - other) <= near for other in service_us)
 
 
-def _residual(group: Series, service: Series) -> npt.NDArray[np.float64]:
-    """The group's hit rate minus its service's, bucket by bucket (the group's
-    buckets are among its service's)."""
-    at = np.minimum(np.searchsorted(service.bucket_us, group.bucket_us), len(service) - 1)
-    return group.hit_rate - service.hit_rate[at]
+def rest_of(service: Series, group: Series) -> Series:
+    """The service without the group, at the group's buckets (which are among its
+    service's): the traffic the group is judged against."""
+    at = np.searchsorted(service.bucket_us, group.bucket_us)
+    at = np.minimum(at, len(service) - 1)
+    sums = {name: service.sums[name][at] - group.sums[name] for name in service.sums}
+    return Series(group.bucket_us, sums, group.distinct_prefixes, group.replicas)
 
 
-def _fell_apart(
-    residual: npt.NDArray[np.float64], weight: npt.NDArray[np.float64], drop: Drop, rule: DropRule
-) -> bool:
-    """The group fell against its service across the drop, by at least half the
-    reportable drop: a noisy group's dip that its service shares is not its own."""
-
-    def level(start: int, end: int) -> float:
-        w = weight[start:end]
-        return float((residual[start:end] * w).sum() / max(w.sum(), 1e-12))
-
-    fall = level(drop.before.start, drop.before.end) - level(drop.after.start, drop.after.end)
-    return fall + _EPSILON >= rule.min_abs / 2
+def without(service: Series, group: Series) -> Series:
+    """The service without the group, at every one of the service's buckets."""
+    at = np.searchsorted(service.bucket_us, group.bucket_us)
+    sums = {name: values.copy() for name, values in service.sums.items()}
+    for name, values in sums.items():
+        np.subtract.at(values, at, group.sums[name])
+    return Series(service.bucket_us, sums, service.distinct_prefixes, service.replicas)
 
 
-#: How many standard errors a group's fall must span (`_stands_out`).
-STANDARD_ERRORS = 3.0
+def _residual(group: Series, rest: Series) -> tuple[Floats, Bools]:
+    """The group's hit rate minus the rest of its service's, bucket by bucket, and
+    where the rest had traffic at all."""
+    has_rest = rest.sums["prompt_tokens"] > 0
+    return group.hit_rate - np.where(has_rest, rest.hit_rate, group.hit_rate), has_rest
 
 
-def _stands_out(series: Series, drop: Drop) -> bool:
-    """The fall is more than the group's request count lets chance make: at least
-    STANDARD_ERRORS standard errors of a difference of two proportions, each request
-    a hit or not, over the requests before and after. A tenant with a request every
-    other bucket has three buckets below half-way by chance; a scenario whose every
-    request stopped hitting does not."""
-    requests = series.sums["requests"]
-    n_before = float(requests[drop.before.start : drop.before.end].sum())
-    n_after = float(requests[drop.after.start : drop.after.end].sum())
-    if n_before <= 0 or n_after <= 0:
+def fell_against_rest(group: Series, rest: Series, drop: Drop, rule: DropRule) -> bool:
+    """Contract section 5c: the group fell against its own service over the same
+    buckets. The residual (group minus the rest of the service, bucket by bucket,
+    weighted by the group's tokens) falls across the drop by the rule's amounts and by
+    `rule.z_score` standard errors of both sides' counts. A group that moves with its
+    service (a quiet evening, a lull of the whole model) has a flat residual, however
+    far it fell; a group whose service rose around it did not fall."""
+    residual, has_rest = _residual(group, rest)
+
+    def side(start: int, end: int) -> tuple[float, float, float]:
+        keep = np.arange(start, end)[has_rest[start:end]]
+        w = group.weight[keep]
+        if not len(keep) or w.sum() <= 0:
+            return 0.0, 0.0, 0.0
+        level = float((residual[keep] * w).sum() / w.sum())
+        own = float((group.hit_rate[keep] * w).sum() / w.sum())
+        variance = _binomial(group, keep, own) + _binomial(rest, keep, own - level)
+        return level, own, float((w * w * variance).sum() / w.sum() ** 2)
+
+    was, was_own, was_var = side(drop.before.start, drop.before.end)
+    now, _, now_var = side(drop.after.start, drop.after.end)
+    fall = was - now + _EPSILON
+    if fall < rule.min_abs or fall < rule.min_rel * was_own:
         return False
-    was, now = drop.before.level, drop.after.level
-    pooled = min(max((was * n_before + now * n_after) / (n_before + n_after), 0.0), 1.0)
-    error = math.sqrt(pooled * (1 - pooled) * (1 / n_before + 1 / n_after))
-    return was - now >= STANDARD_ERRORS * error
+    return fall >= rule.z_score * math.sqrt(was_var + now_var)
 
 
-def moved_apart(group: Series, service: Series, rule: DropRule) -> bool:
-    """Whether the group's hit rate changed relative to its service's: the residual
-    series (group minus service, bucket by bucket, weighted by the group's tokens)
-    has a change point by Binseg's own first test (the best single split's gain
-    above the penalty `segments` uses). A group that only ever moved with its
-    service has no drop the service does not explain, and is not searched further:
-    most groups, most of the time, so watching 30 groups costs far less than 30
-    times the service's search."""
+def _binomial(series: Series, index: npt.NDArray[np.intp], level: float) -> Floats:
+    p = min(max(level, 0.01), 0.99)
+    return np.asarray(p * (1 - p) / np.maximum(series.sums["requests"][index], 1))
+
+
+def moved_apart(group: Series, rest: Series, rule: DropRule) -> bool:
+    """Whether the group's hit rate changed relative to the rest of its service: the
+    residual series (bucket by bucket, weighted by the group's tokens) has a change
+    point by Binseg's own first test (the best single split's gain above the penalty
+    `segments` uses). A group that only ever moved with its service has no drop the
+    service does not explain, and is not searched further: most groups, most of the
+    time, so watching 30 groups costs far less than 30 times the service's search."""
     n = len(group)
     if n < 2 * rule.min_buckets:
         return False
-    residual = _residual(group, service)
+    residual, _ = _residual(group, rest)
     w = group.weight / group.weight.mean()
     sigma = max(noise_sigma(residual, w), rule.sigma_floor)
     penalty = rule.beta * sigma * sigma * math.log(n)
@@ -145,19 +160,23 @@ def group_drops(
     groups: dict[K, Series],
     rule: DropRule,
     reach_us: int,
+    bucket_s: int,
 ) -> dict[K, list[Drop]]:
-    """Per group, its lasting drops that the service's own (`service_changes_us`) do not
-    explain; only the groups that moved apart from the service are searched."""
+    """Per group, its lasting drops (judged as a series of its own: seasons, lulls,
+    counts) that fell against the rest of the service and that the service's own
+    drops (`service_changes_us`) do not explain; only the groups that moved apart
+    from the rest of the service are searched."""
     found: dict[K, list[Drop]] = {}
     for key, series in groups.items():
-        if not len(series) or not moved_apart(series, service, rule):
+        if not len(series):
             continue
-        residual = _residual(series, service)
+        rest = rest_of(service, series)
+        if not moved_apart(series, rest, rule):
+            continue
         drops = [
             drop
-            for drop in lasting_drops(series.hit_rate, series.weight, rule, series.wait)
-            if _fell_apart(residual, series.weight, drop, rule)
-            and _stands_out(series, drop)
+            for drop in find_drops(series, bucket_s, rule)
+            if fell_against_rest(series, rest, drop, rule)
             and not explained_by_service(change_us(series, drop), service_changes_us, reach_us)
         ]
         if drops:
@@ -225,6 +244,9 @@ def _compare(
     midpoint = (before.hit_rate + after.hit_rate) / 2
     if int((new.hit_rate <= midpoint).sum()) < rule.min_buckets:
         return None
+    variance = _mean_variance(old, before.hit_rate) + _mean_variance(new, after.hit_rate)
+    if fall < rule.z_score * math.sqrt(variance):
+        return None
     requests = new.sums["requests"].sum() + old.sums["requests"].sum()
     return Canary(
         tag=tag,
@@ -237,6 +259,14 @@ def _compare(
         after_series=new,
         recovered_at_us=_recovered(new, old, newer, older, fall, rule, bucket_us),
     )
+
+
+def _mean_variance(series: Series, level: float) -> float:
+    """Of a token-weighted mean hit rate over the series' buckets: binomial over each
+    bucket's requests (contract section 5c: evidence by counts)."""
+    w = series.weight
+    variance = _binomial(series, np.arange(len(series)), level)
+    return float((w * w * variance).sum() / max(float(w.sum()) ** 2, 1e-12))
 
 
 def _recovered(

@@ -1,7 +1,9 @@
 """The lab's phases, and what cachewatch is expected to say about each.
 
 Each phase lasts several detection buckets (60 s in the lab) so a lasting drop
-can be told from noise (3 buckets at least, `CACHEWATCH_DROP_MIN_BUCKETS`):
+can be told from noise: the lab compresses a day into half an hour, so its minimum
+duration of a drop is 3 buckets (`CACHEWATCH_DETECT_MIN_DURATION_S`=180, `MIN_DURATION_S`
+in `service.lab.run`) where production's is 30 minutes:
 
 1. `healthy`: one replica, release v1;
 2. `v2-timestamp`: release v2 puts the current time and company at the top of

@@ -33,6 +33,8 @@ from service.lab.verdict import Window
 from service.server_process import free_port, start_server, stop_server
 
 BUCKET_S = 60
+#: A lab phase lasts minutes, not hours: the shortest drop it can report.
+MIN_DURATION_S = 3 * BUCKET_S
 
 
 @dataclass
@@ -92,6 +94,7 @@ def _cachewatch_env(db: Path) -> dict[str, str]:
         "CACHEWATCH_DATABASE_URL": f"sqlite:///{db}",
         "CACHEWATCH_DETECT_BUCKET_S": str(BUCKET_S),
         "CACHEWATCH_DETECT_INTERVAL_S": str(BUCKET_S),
+        "CACHEWATCH_DETECT_MIN_DURATION_S": str(MIN_DURATION_S),
         # loopback only: the dashboard's screenshot reads without a login
         "CACHEWATCH_PUBLIC_READ": "true",
     }

@@ -5,8 +5,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
+import numpy as np
+import numpy.typing as npt
 import polars as pl
-from sqlalchemy import Table, func, select, text
+from sqlalchemy import Table, func, select
 from sqlalchemy.orm import Session
 
 from service.clickhouse import clickhouse_of
@@ -19,9 +21,13 @@ DETECTION_LOCK_KEY = 0x63_77_64_74  # "cwdt"
 
 
 def take_detection_lock(session: Session) -> None:
-    """One detection pass at a time across processes (SQLite serializes writers)."""
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": DETECTION_LOCK_KEY})
+    """One detection pass at a time across processes: PostgreSQL's advisory lock
+    "cwdt", SQLite's write lock (BEGIN IMMEDIATE). Waited for up to the deadline of a
+    session of `service.db.waiting_for_locks` (then PassBusy), as `take_pass_lock`
+    says: the same bounded wait on both databases."""
+    from service.repository.locks import take_pass_lock
+
+    take_pass_lock(session, DETECTION_LOCK_KEY)
 
 
 def series_keys(session: Session, since_us: int, service: str | None) -> list[tuple[str, str]]:
@@ -177,6 +183,38 @@ def _segment_rows(
     return [(int(ts), segments) for ts, segments in session.execute(query)]
 
 
+def session_sums(
+    session: Session,
+    service: str,
+    model: str,
+    from_us: int,
+    to_us: int,
+    group: tuple[str, str] | None = None,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Prompt and cached tokens per session (a record without one is its own) of the
+    (service, model)'s records in [from_us, to_us); `group`: of the records whose
+    field has that value."""
+    if (ch := clickhouse_of(session)) is not None:
+        return ch_reads.session_sums(ch, service, model, from_us, to_us, group)
+    unit = func.coalesce(USAGE.c.session_id, USAGE.c.request_id)
+    query = (
+        select(func.sum(USAGE.c.prompt_tokens), func.sum(USAGE.c.cached_tokens))
+        .where(
+            USAGE.c.service == service,
+            USAGE.c.model == model,
+            USAGE.c.ts_us >= from_us,
+            USAGE.c.ts_us < to_us,
+        )
+        .group_by(unit)
+    )
+    if group is not None:
+        query = query.where(USAGE.c[group[0]] == group[1])
+    rows = session.execute(query).all()
+    prompt = np.array([float(p or 0) for p, _ in rows], dtype=np.float64)
+    cached = np.array([float(c or 0) for _, c in rows], dtype=np.float64)
+    return prompt, cached
+
+
 def find_regression(
     session: Session,
     service: str,
@@ -198,6 +236,34 @@ def find_regression(
             Regression.change_ts_us <= to_us,
         )
         .order_by(Regression.id)
+        .limit(1)
+    )
+    return session.scalars(query).first()
+
+
+def open_regression_before(
+    session: Session,
+    service: str,
+    model: str,
+    group: tuple[str, str],
+    cause: str,
+    span: tuple[int, int],
+) -> Regression | None:
+    """The latest open regression of the (service, model) and group with that cause
+    whose change is in [span[0], span[1]): the one a drop over that span continues."""
+    query = (
+        select(Regression)
+        .where(
+            Regression.service == service,
+            Regression.model == model,
+            Regression.group_by == group[0],
+            Regression.group_value == group[1],
+            Regression.cause == cause,
+            Regression.status == "open",
+            Regression.change_ts_us >= span[0],
+            Regression.change_ts_us < span[1],
+        )
+        .order_by(Regression.change_ts_us.desc(), Regression.id.desc())
         .limit(1)
     )
     return session.scalars(query).first()

@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 
 from service import repository, telemetry
 from service.alerts import outbox
-from service.detection.changepoints import lasting_drops, separate_episodes
+from service.detection.drops import find_drops
 from service.detection.groups import change_us
 from service.detection.inferred import replica_changes
 from service.detection.series import build_series
@@ -17,7 +17,7 @@ from service.repository import detection as detection_repo
 from service.services import analytics_pass, group_detection
 from service.services import regression_records as records
 from service.services.events import EventIn, record_event
-from service.services.regression_records import explained_by_event, rule_of
+from service.services.evidence import sessions_show
 from service.settings import Settings
 
 _US = 1_000_000
@@ -55,6 +55,9 @@ def detect(session: Session, settings: Settings, service: str | None = None) -> 
 def _detect_series(
     session: Session, settings: Settings, service: str, model: str, since_us: int, now_us: int
 ) -> list[tuple[Regression, bool]]:
+    """The regressions of one (service, model): its own lasting drops, then its
+    groups' and canaries' (contract sections 5, 5a, 5c)."""
+    key = (service, model)
     filters = repository.RollupFilter(service, model, since_us)
     series = build_series(
         repository.fetch_rollups(session, 60, filters),
@@ -63,20 +66,21 @@ def _detect_series(
     )
     if len(series) == 0:
         return []
-    drops = lasting_drops(series.hit_rate, series.weight, rule_of(settings), series.wait)
-    found = [
-        records.record_drop(session, settings, (service, model), series, drop, now_us)
-        for drop in separate_episodes(
-            drops, explained_by_event(session, settings, service, model, series)
-        )
-    ]
+    rule = records.rule_of(settings)
+    drops = find_drops(series, settings.detect_bucket_s, rule)
+    groups = group_detection.GroupFindings()
     if settings.detect_groups:
         # Every lasting drop of the service, reported or not, explains its groups'.
         changes = [change_us(series, d) for d in drops]
-        found += group_detection.detect_groups(
-            session, settings, (service, model), since_us, now_us, (series, changes)
-        )
-    return found
+        groups = group_detection.find_groups(session, settings, key, since_us, (series, changes))
+    drops = [
+        d
+        for d in drops
+        if not groups.canary_explains(series, d, rule)
+        and sessions_show(session, settings, key, series, d)
+    ]
+    found = records.record_drops(session, settings, key, series, drops, now_us)
+    return found + group_detection.record_groups(session, settings, key, groups, now_us)
 
 
 def _lookback_start(session: Session, settings: Settings, now_us: int) -> int:
@@ -107,9 +111,13 @@ def infer_events(session: Session, settings: Settings, since_us: int, service: s
             description=f"first record carrying deploy {tag}",
         )
         created += record_event(session, event, source="inferred")[1]
+    # Replicas are read from a warm-up day before the window, so the replicas that
+    # served before it are known wherever it starts (a quiet night's first hour sees
+    # few of them); nothing inside the warm-up is reported (docs/detection.md 1).
+    warmup_start = since_us - 86_400 * _US
     for svc, model in detection_repo.series_keys(session, since_us, service):
-        minutes = detection_repo.replica_minutes(session, svc, model, since_us)
-        for change in replica_changes(minutes, settings.detect_bucket_s):
+        minutes = detection_repo.replica_minutes(session, svc, model, warmup_start)
+        for change in replica_changes(minutes, settings.detect_bucket_s, report_from_us=since_us):
             ts = _replica_change_ts(
                 session, svc, model, change.added, change.removed, change.bucket_us
             )

@@ -1,41 +1,69 @@
 """Detection within a (service, model): its scenarios, its busiest tenants and its
-deploy tags side by side (contract sections 5 and 5a; the rules are
+deploy tags side by side (contract sections 5, 5a and 5c; the rules are
 `service.detection.groups`). Read from the groups' chart rows at the detection
 bucket, one statement per (service, model)."""
+
+from dataclasses import dataclass, field
 
 import polars as pl
 from sqlalchemy.orm import Session
 
 from service.analytics.definitions import SUM_COLUMNS
-from service.detection.changepoints import separate_episodes
-from service.detection.groups import canaries, group_drops, series_from_chart
-from service.detection.series import Series
+from service.detection.changepoints import Drop, DropRule
+from service.detection.groups import Canary, canaries, group_drops, series_from_chart, without
+from service.detection.series import Series, stretch
 from service.models import Regression
 from service.repository import detection as detection_repo
 from service.repository import groups as groups_repo
 from service.rollups import chart
 from service.services import regression_records as records
+from service.services.evidence import sessions_show
 from service.settings import Settings
 
 _US = 1_000_000
 _COUNTS = ["replica_count", "prefix_count"]
 
 
-def detect_groups(
+@dataclass(frozen=True)
+class GroupFindings:
+    """What detection found in a (service, model)'s groups, not stored yet."""
+
+    drops: dict[chart.Group, tuple[Series, list[Drop]]] = field(default_factory=dict)
+    canaries: list[Canary] = field(default_factory=list)
+    tags: dict[str, Series] = field(default_factory=dict)
+
+    def canary_explains(self, service: Series, drop: Drop, rule: DropRule) -> bool:
+        """Whether a service drop is only a canary found here, seen through the whole
+        service: without the canary's tag the service did not fall, and the rest still
+        carries most of the drop's after side. The canary's regression says it (one
+        change, one regression). Once the tag serves most of the traffic, the whole
+        service's drop is a regression of its own, as a rollout to everyone is."""
+        for canary in self.canaries:
+            rest = without(service, self.tags[canary.tag])
+            after = slice(drop.after.start, drop.after.end)
+            requests = float(service.sums["requests"][after].sum())
+            if float(rest.sums["requests"][after].sum()) < 0.5 * requests:
+                continue
+            was = stretch(rest, drop.before.start, drop.before.end).hit_rate
+            now = stretch(rest, drop.after.start, drop.after.end).hit_rate
+            if was - now < rule.min_abs:
+                return True
+        return False
+
+
+def find_groups(
     session: Session,
     settings: Settings,
     key: tuple[str, str],
     since_us: int,
-    now_us: int,
     service: tuple[Series, list[int]],
-) -> list[tuple[Regression, bool]]:
-    """The regressions of the groups of `key` (scenario, tenant) that the service's own
+) -> GroupFindings:
+    """The drops of the groups of `key` (scenario, tenant) that the service's own
     drops (its series and their changes) do not explain, and its canaries."""
     chosen = watched_groups(session, settings, key, since_us)
     rows = _group_rows(session, settings, key, chosen, since_us)
     if rows.is_empty():
-        return []
-    found: list[tuple[Regression, bool]] = []
+        return GroupFindings()
     tags, watched = {}, {}
     for (by, value), part in rows.partition_by(chart.GROUP_KEYS, as_dict=True).items():
         series = series_from_chart(part)
@@ -44,16 +72,30 @@ def detect_groups(
         else:
             watched[chart.Group(str(by), str(value))] = series
     rule = records.rule_of(settings)
-    bucket_us = settings.detect_bucket_s * _US
+    bucket_s = settings.detect_bucket_s
     reach = records.attribution_reach_us(settings)
-    drops = group_drops(service[0], service[1], watched, rule, reach)
-    for group, group_series in ((g, watched[g]) for g in sorted(drops)):
-        explained = records.explained_by_event(session, settings, *key, group_series)
-        for drop in separate_episodes(drops[group], explained):
-            found.append(
-                records.record_drop(session, settings, key, group_series, drop, now_us, group)
-            )
-    for canary in canaries(tags, rule, bucket_us):
+    drops = group_drops(service[0], service[1], watched, rule, reach, bucket_s)
+    return GroupFindings(
+        drops={group: (watched[group], found) for group, found in drops.items()},
+        canaries=canaries(tags, rule, bucket_s * _US),
+        tags=tags,
+    )
+
+
+def record_groups(
+    session: Session,
+    settings: Settings,
+    key: tuple[str, str],
+    findings: GroupFindings,
+    now_us: int,
+) -> list[tuple[Regression, bool]]:
+    """The regressions of the groups' drops and of the canaries."""
+    found: list[tuple[Regression, bool]] = []
+    for group in sorted(findings.drops):
+        series, drops = findings.drops[group]
+        shown = [d for d in drops if sessions_show(session, settings, key, series, d, group)]
+        found += records.record_drops(session, settings, key, series, shown, now_us, group)
+    for canary in findings.canaries:
         first = detection_repo.deploy_first_record(
             session, key[0], canary.tag, canary.first_bucket_us
         )

@@ -2,14 +2,16 @@
 before and after figures, attribution, cause, evidence and cost, written once and
 updated when detection sees the same change again."""
 
-from collections.abc import Callable
+import math
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from service.analytics.costs import RegressionCost, Side, regression_cost
 from service.detection.changepoints import Drop, DropRule
-from service.detection.diagnosis import SegmentVariants, diagnose
+from service.detection.diagnosis import SegmentVariants, cause_of, diagnose
+from service.detection.drops import separate_episodes
 from service.detection.groups import Canary
 from service.detection.series import Series, Stretch, stretch
 from service.models import ChangeEvent, Regression
@@ -23,27 +25,65 @@ _DIAGNOSIS_SPAN_US = 6 * 3600 * _US  # segment variants are read this far on eac
 
 
 def rule_of(settings: Settings) -> DropRule:
+    """The lasting-drop rule of the settings: the minimum duration in buckets."""
     return DropRule(
         min_abs=settings.drop_min_abs,
         min_rel=settings.drop_min_rel,
-        min_buckets=settings.drop_min_buckets,
+        min_buckets=max(1, math.ceil(settings.detect_min_duration_s / settings.detect_bucket_s)),
     )
 
 
-def explained_by_event(
-    session: Session, settings: Settings, service: str, model: str, series: Series
-) -> Callable[[Drop], bool]:
-    """Whether a change event stands beside a drop of the series (what makes a drop
-    during an earlier one a regression of its own: `separate_episodes`)."""
+@dataclass(frozen=True)
+class Assessed:
+    """A drop made into a regression's values, not stored yet."""
 
-    def explained(drop: Drop) -> bool:
-        change_us = int(series.bucket_us[drop.at])
-        return attribute(session, settings, service, model, change_us)[0] is not None
+    key: tuple[str, str]
+    group: Group | None
+    change_us: int
+    values: dict[str, Any]
+    #: Where the drop's before side starts: an open regression of the same cause
+    #: changed since then is the same episode (`store`).
+    since_us: int
 
-    return explained
+    @property
+    def cause(self) -> str:
+        return str(self.values["cause"])
 
 
-def record_drop(
+def record_drops(
+    session: Session,
+    settings: Settings,
+    key: tuple[str, str],
+    series: Series,
+    drops: list[Drop],
+    now_us: int,
+    group: Group | None = None,
+) -> list[tuple[Regression, bool]]:
+    """The regressions of a series' drops, one per episode (`separate_episodes`: a
+    drop while the series is still down from one of the same cause is that one
+    going on), stored idempotently (`store`)."""
+
+    def same_episode(first: Drop, then: Drop) -> bool:
+        return drop_cause(series, first) == drop_cause(series, then)
+
+    return [
+        store(
+            session,
+            settings,
+            assess_drop(session, settings, key, series, drop, now_us, group),
+            now_us,
+        )
+        for drop in separate_episodes(drops, same_episode)
+    ]
+
+
+def drop_cause(series: Series, drop: Drop) -> str:
+    """The cause of a drop (contract section 5), from its figures alone."""
+    before = stretch(series, drop.before.start, drop.before.end)
+    return cause_of(before, stretch(series, drop.after.start, drop.after.end))
+
+
+def assess_drop(
     session: Session,
     settings: Settings,
     key: tuple[str, str],
@@ -51,9 +91,9 @@ def record_drop(
     drop: Drop,
     now_us: int,
     group: Group | None = None,
-) -> tuple[Regression, bool]:
-    """The regression of a lasting drop of the (service, model) `key`'s series, or of
-    one of its groups."""
+) -> Assessed:
+    """The regression values of a lasting drop of the (service, model) `key`'s
+    series, or of one of its groups."""
     service, model = key
     bucket_us = settings.detect_bucket_s * _US
     change_us = int(series.bucket_us[drop.at])
@@ -72,7 +112,7 @@ def record_drop(
     values = _values(
         before, after, variants, days, event, lag_s, recovered_us, now_us, _recovered(series, drop)
     )
-    return store(session, settings, key, group, change_us, values, now_us)
+    return Assessed(key, group, change_us, values, int(series.bucket_us[drop.before.start]))
 
 
 def _recovered(series: Series, drop: Drop) -> Stretch | None:
@@ -120,7 +160,8 @@ def record_canary(
         f"{canary.after.hit_rate:.0%} against {canary.before.hit_rate:.0%}",
         *values["evidence"],
     ]
-    return store(session, settings, key, Group("deploy", canary.tag), change_us, values, now_us)
+    assessed = Assessed(key, Group("deploy", canary.tag), change_us, values, int(span[0]))
+    return store(session, settings, assessed, now_us)
 
 
 def _variants(
@@ -171,22 +212,27 @@ def _values(
 
 
 def store(
-    session: Session,
-    settings: Settings,
-    key: tuple[str, str],
-    group: Group | None,
-    change_us: int,
-    values: dict[str, Any],
-    now_us: int,
+    session: Session, settings: Settings, assessed: Assessed, now_us: int
 ) -> tuple[Regression, bool]:
-    """Insert the regression, or update the one already stored for the same change
-    (its estimate may move by a bucket or two). Returns it and whether it is new."""
-    service, model = key
+    """Insert the regression, or update the one already stored for the same change:
+    the same change seen again (its estimate may move by a bucket or two), or an open
+    regression of the same series and cause that this drop continues (a slow
+    erosion found again from another step: its first change, before side and
+    attribution stay; its after side, evidence, cost and status follow the drop).
+    Returns it and whether it is new."""
+    service, model = assessed.key
     slack = 3 * settings.detect_bucket_s * _US
-    by, value = group if group is not None else ("", "")
+    change_us, values = assessed.change_us, assessed.values
+    by, value = assessed.group if assessed.group is not None else ("", "")
     existing = detection_repo.find_regression(
         session, service, model, change_us - slack, change_us + slack, (by, value)
     )
+    if existing is None:
+        existing = detection_repo.open_regression_before(
+            session, service, model, (by, value), assessed.cause, (assessed.since_us, change_us)
+        )
+        if existing is not None:
+            values = {k: v for k, v in values.items() if k not in _FIRST_SEEN}
     if existing is not None:
         for name, new in values.items():
             setattr(existing, name, new)
@@ -203,6 +249,10 @@ def store(
     )
     detection_repo.add_regression(session, regression)
     return regression, True
+
+
+#: What a continuing drop leaves as the regression first had it.
+_FIRST_SEEN = ("before", "attributed_event_id", "attributed_to")
 
 
 def _cost(before: Stretch, after: Stretch, days: float) -> RegressionCost | None:

@@ -64,9 +64,9 @@ def test_a_broken_10_percent_canary_is_found_within_the_minimum_duration(
 ) -> None:
     canary_at = 2 * HOUR
     _post_deploy(session, canary_at, "v2")
-    # Only the first minimum duration of the canary (3 buckets of 5 minutes) and one
-    # bucket more have been sent.
-    plan = traffic.Plan(hours=2 + 20 / 60, canary_at=canary_at)
+    # Only the first minimum duration of the canary (30 minutes: 6 buckets of 5
+    # minutes) and one bucket more have been sent.
+    plan = traffic.Plan(hours=2 + 35 / 60, canary_at=canary_at)
     found = run(session, settings, plan)
     (regression,) = found
     assert regression["group"] == {"by": "deploy", "value": "v2"}
