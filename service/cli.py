@@ -10,7 +10,7 @@ from service.alerts.mrkdwn import visible
 from service.alerts.subject import group_text
 from service.alerts.wording import cost_phrase, pct
 from service.clickhouse import clickhouse_for
-from service.db import make_engine, make_sessionmaker
+from service.db import PassBusy, make_engine, make_sessionmaker, waiting_for_locks
 from service.fingerprint.cli import app as diff_app
 from service.settings import Settings, get_settings
 from service.simulate.cli import app as simulate_app
@@ -84,7 +84,9 @@ def detect(
     service: Annotated[str | None, typer.Option(help="Only this service.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the regressions as JSON.")] = False,
 ) -> None:
-    """One detection pass: prints the regressions it created or updated."""
+    """One detection pass: prints the regressions it created or updated. A pass in
+    progress (the server's own jobs) is waited for up to CACHEWATCH_PASS_LOCK_WAIT_S;
+    past that the run is skipped with one line on stderr and exit code 75."""
     import orjson
 
     from service.services.detection import detect as run_detection
@@ -93,10 +95,20 @@ def detect(
     settings = get_settings()
     load_profiles_or_exit(settings)
     engine = make_engine(settings)
-    with make_sessionmaker(engine, clickhouse_for(settings)).begin() as session:
-        report = run_detection(session, settings, service)
-        changed = [regression_to_json(r) for r in report.changed]
-    engine.dispose()
+    factory = make_sessionmaker(engine, clickhouse_for(settings))
+    try:
+        with waiting_for_locks(factory, settings.pass_lock_wait_s).begin() as session:
+            report = run_detection(session, settings, service)
+            changed = [regression_to_json(r) for r in report.changed]
+    except PassBusy as busy:
+        typer.echo(
+            "detect: another detection or analytics pass holds the database "
+            f"(waited {busy.waited_s:g} s); skipped, run again later",
+            err=True,
+        )
+        raise typer.Exit(code=EXIT_PASS_BUSY) from None
+    finally:
+        engine.dispose()
     if as_json:
         typer.echo(orjson.dumps(changed, option=orjson.OPT_INDENT_2).decode())
         return
@@ -104,6 +116,13 @@ def detect(
         typer.echo(regression_line(r))
     if not changed:
         typer.echo("no regressions", err=True)
+
+
+#: `detect` skipped: another pass held the database for CACHEWATCH_PASS_LOCK_WAIT_S
+#: (EX_TEMPFAIL of sysexits.h, "try again later"). Not 0: nothing was examined, and
+#: a script must not read the empty output as "no regressions"; not 1: nothing
+#: failed either, so a cron wrapper can tell the two apart and simply retry.
+EXIT_PASS_BUSY = 75
 
 
 def regression_line(r: dict[str, Any]) -> str:

@@ -1,11 +1,14 @@
 """Engine and session set-up for SQLite (embedded default) and PostgreSQL."""
 
 import sqlite3
+import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
@@ -18,6 +21,65 @@ def is_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
 
 
+#: Execution option of an engine made by `waiting_for_locks`: how long each of its
+#: transactions waits for a lock another pass holds.
+LOCK_WAIT_S = "cachewatch_lock_wait_s"
+_DEADLINE = "cachewatch_lock_deadline"  # Connection.info: the transaction's LockDeadline
+
+
+class PassBusy(OperationalError):
+    """Another transaction held the lock a pass needs (SQLite's write lock, or the
+    pass's PostgreSQL advisory lock) for the whole `waited_s` this one would wait.
+    An OperationalError, like the "database is locked" it replaces on SQLite, so
+    whatever retries on a busy database (alert delivery) still does."""
+
+    def __init__(self, waited_s: float, orig: BaseException | None = None) -> None:
+        super().__init__("waiting for a pass in progress", None, orig or TimeoutError())
+        self.waited_s = waited_s
+
+    def __str__(self) -> str:
+        return f"another pass held the database lock for the {self.waited_s:g} s waited"
+
+    def __reduce__(self) -> tuple[type["PassBusy"], tuple[float]]:
+        return type(self), (self.waited_s,)
+
+
+@dataclass(frozen=True)
+class LockDeadline:
+    at: float  # time.monotonic()
+    wait_s: float
+
+
+def lock_deadline(conn: Connection) -> LockDeadline | None:
+    """Until when the transaction of `conn` waits for a lock another pass holds
+    (`waiting_for_locks`); None: as long as it takes (SQLite: its busy timeout)."""
+    deadline = conn.info.get(_DEADLINE)
+    return deadline if isinstance(deadline, LockDeadline) else None
+
+
+def _set_lock_deadline(conn: Connection) -> float | None:
+    """At BEGIN: the transaction's deadline from its engine's LOCK_WAIT_S (set on
+    every BEGIN: the info dict stays with the pooled DBAPI connection)."""
+    wait_s = conn.get_execution_options().get(LOCK_WAIT_S)
+    conn.info[_DEADLINE] = (
+        None if wait_s is None else LockDeadline(time.monotonic() + wait_s, wait_s)
+    )
+    return None if wait_s is None else float(wait_s)
+
+
+def waiting_for_locks(factory: sessionmaker[Session], wait_s: float) -> sessionmaker[Session]:
+    """`factory` whose transactions wait at most `wait_s` for a pass in progress: on
+    SQLite their BEGIN IMMEDIATE waits that long for the write lock (instead of the
+    busy timeout), on PostgreSQL the advisory lock of a pass (`take_pass_lock`) is
+    polled until that long after BEGIN; past it, PassBusy. For `cachewatch detect`
+    and the background jobs, which may skip a run; requests keep the busy timeout
+    (a 503 with Retry-After). The same pool and connections as `factory`'s."""
+    bind = factory.kw.get("bind")
+    if not isinstance(bind, Engine):  # bound to a connection (tests): left as it is
+        return factory
+    return sessionmaker(**{**factory.kw, "bind": bind.execution_options(**{LOCK_WAIT_S: wait_s})})
+
+
 def make_engine(settings: Settings, *, sqlite_begin: str = "IMMEDIATE", **kwargs: Any) -> Engine:
     """`sqlite_begin`: IMMEDIATE takes SQLite's write lock when a transaction starts,
     so a transaction that reads (the token) and then writes waits for the lock
@@ -27,7 +89,9 @@ def make_engine(settings: Settings, *, sqlite_begin: str = "IMMEDIATE", **kwargs
     if not is_sqlite(url):
         # pre_ping: after a PostgreSQL restart, stale pooled connections are
         # replaced instead of failing the first request of each.
-        return create_engine(url, pool_pre_ping=True, **kwargs)
+        pg_engine = create_engine(url, pool_pre_ping=True, **kwargs)
+        event.listen(pg_engine, "begin", _set_lock_deadline)
+        return pg_engine
     _bind_none_and_bytes_directly()
     engine = create_engine(url, connect_args={"timeout": 30}, **kwargs)
     busy_ms = settings.sqlite_busy_timeout_ms
@@ -49,8 +113,22 @@ def make_engine(settings: Settings, *, sqlite_begin: str = "IMMEDIATE", **kwargs
         dbapi_conn.isolation_level = None
 
     @event.listens_for(engine, "begin")
-    def _sqlite_begin(conn: Any) -> None:
-        conn.exec_driver_sql(f"BEGIN {sqlite_begin}")
+    def _sqlite_begin(conn: Connection) -> None:
+        wait_s = _set_lock_deadline(conn)
+        if wait_s is None:
+            conn.exec_driver_sql(f"BEGIN {sqlite_begin}")
+            return
+        # A transaction of `waiting_for_locks`: SQLite's busy handler waits for the
+        # write lock up to its deadline (polling, at most 100 ms apart), not busy_ms.
+        conn.exec_driver_sql(f"PRAGMA busy_timeout={round(wait_s * 1000)}").close()
+        try:
+            conn.exec_driver_sql(f"BEGIN {sqlite_begin}")
+        except OperationalError as exc:
+            if "locked" in str(exc.orig) or "busy" in str(exc.orig):
+                raise PassBusy(wait_s, exc.orig) from exc
+            raise
+        finally:
+            conn.exec_driver_sql(f"PRAGMA busy_timeout={int(busy_ms)}").close()
 
     return engine
 

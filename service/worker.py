@@ -1,7 +1,11 @@
 """Background jobs on a schedule (APScheduler): the analytics pass, detection,
 alert delivery and retention. Each job runs in its own transaction and takes
 its own database lock, so several processes may run the scheduler and each job
-still runs once at a time."""
+still runs once at a time.
+
+A job waits for a pass in progress elsewhere (another process's job, a
+`cachewatch detect`) at most `pass_lock_wait_s` (`service.db.waiting_for_locks`);
+past that it skips this run with one warning line and runs at its next interval."""
 
 import logging
 from collections.abc import Callable
@@ -11,6 +15,7 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.alerts import delivery as alerts_delivery
+from service.db import PassBusy, waiting_for_locks
 from service.services import analytics_pass, detection, retention
 from service.settings import Settings
 
@@ -35,6 +40,13 @@ def _run(
     try:
         with factory.begin() as session:
             job(session, settings)
+    except PassBusy as busy:
+        log.warning(
+            "job %s skipped: another pass holds the database (waited %g s); "
+            "it runs again at its next interval",
+            name,
+            busy.waited_s,
+        )
     except Exception:
         # A failing job (database down) is retried at its next run; never fatal.
         log.exception("job %s failed", name)
@@ -45,6 +57,7 @@ def configure(
     factory: sessionmaker[Session],
     settings: Settings,
 ) -> None:
+    factory = waiting_for_locks(factory, settings.pass_lock_wait_s)
     for name, job, interval in jobs(settings):
         scheduler.add_job(
             _run,
@@ -52,6 +65,7 @@ def configure(
             seconds=interval,
             args=(name, job, factory, settings),
             id=name,
+            name=name,  # in APScheduler's own lines ("... skipped: maximum number ...")
             max_instances=1,
             coalesce=True,
         )

@@ -1,19 +1,28 @@
+import logging
 import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
 
+from service import migrate, worker
 from service.alerts.money import usd
 from service.cli import regression_line
+from service.db import make_engine, make_sessionmaker, waiting_for_locks
 from service.models import ApiToken, Regression
+from service.repository.detection import take_detection_lock
 from service.services.tokens import hash_token
+from service.settings import Settings
 from tests.alerts.test_message import regression
 from tests.conftest import PROJECT_ROOT, drop_database, fresh_database_url
+from tests.e2e.test_detect_beside_server import Holder
 from tests.findings.test_report import as_html
 
 
@@ -321,3 +330,50 @@ def test_report_refuses_bad_options_saying_why(
     assert run.returncode == 2 and run.stdout == ""
     assert message in run.stderr
     assert not (tmp_path / "never.db").exists()
+
+
+# --- A pass waits for another at most CACHEWATCH_PASS_LOCK_WAIT_S -------------------
+# (end to end, beside a real server: tests/e2e/test_detect_beside_server.py)
+
+
+@pytest.mark.parametrize(("hold_s", "runs"), [(1.0, True), (6.0, False)])
+def test_a_pass_waits_for_the_lock_up_to_its_bound_then_runs_or_is_busy(
+    tmp_path: Path, database_url: str, caplog: pytest.LogCaptureFixture, hold_s: float, runs: bool
+) -> None:
+    """The worker's own wrapper with a 3 s bound, against the lock held for 1 s
+    (longer than the 200 ms busy timeout: it waits, then runs) or for 6 s (it gives
+    up at 3 s: one warning line, no traceback)."""
+    url = fresh_database_url(tmp_path, "lockwait")
+    settings = Settings(database_url=url, sqlite_busy_timeout_ms=200, pass_lock_wait_s=3)
+    engine = make_engine(settings)
+    try:
+        migrate.upgrade(engine)
+        factory = make_sessionmaker(engine)
+        ran: list[float] = []
+
+        def job(session: Session, _: Settings) -> None:
+            take_detection_lock(session)
+            session.execute(select(1))
+            ran.append(time.monotonic() - began)
+
+        hold = Holder(url)
+        threading.Timer(hold_s, hold.release).start()
+        began = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="service.worker"):
+            worker._run("detection", job, waiting_for_locks(factory, 3), settings)
+        took = time.monotonic() - began
+        time.sleep(max(0.0, hold_s - took) + 0.2)  # the hold is released
+    finally:
+        engine.dispose()
+        drop_database(url)
+    if runs:
+        assert len(ran) == 1 and hold_s - 0.2 <= ran[0] < 3, ran
+        assert caplog.records == []
+        return
+    assert ran == [] and 2.8 <= took < 5, took
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING and record.exc_info is None
+    assert record.getMessage() == (
+        "job detection skipped: another pass holds the database (waited 3 s); "
+        "it runs again at its next interval"
+    )

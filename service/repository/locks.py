@@ -1,11 +1,14 @@
 """Advisory locks that order ingestion, analytics and their watermark on PostgreSQL
 (SQLite transactions are serialized already)."""
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session
+
+from service.db import PassBusy, lock_deadline
 
 INGEST_LOCK_KEY = 0x63_77_69_6E  # "cwin"
 ANALYTICS_LOCK_KEY = 0x63_77_61_6E  # "cwan"
@@ -45,5 +48,30 @@ def ingest_quiesced(session: Session) -> Iterator[None]:
 
 def take_analytics_lock(session: Session) -> None:
     """One analytics pass at a time (SQLite transactions are already serialized)."""
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": ANALYTICS_LOCK_KEY})
+    take_pass_lock(session, ANALYTICS_LOCK_KEY)
+
+
+def take_pass_lock(session: Session, key: int) -> None:
+    """The lock of a pass (analytics, detection), held until the transaction ends.
+
+    PostgreSQL: the advisory lock `key`. SQLite: the write lock, which the
+    transaction takes at its BEGIN IMMEDIATE (started here if it has not been).
+    Either is waited for until the transaction's deadline when its session comes
+    from `service.db.waiting_for_locks` (PostgreSQL: pg_try_advisory_xact_lock
+    polled, so the wait is bounded like SQLite's busy timeout), then PassBusy;
+    otherwise as long as it takes (SQLite: its busy timeout)."""
+    conn = session.connection()
+    if conn.dialect.name != "postgresql":
+        return
+    deadline = lock_deadline(conn)
+    if deadline is None:
+        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+        return
+    pause = 0.01
+    try_lock = text("SELECT pg_try_advisory_xact_lock(:k)")
+    while not session.scalar(try_lock, {"k": key}):
+        left = deadline.at - time.monotonic()
+        if left <= 0:
+            raise PassBusy(deadline.wait_s)
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 0.2)
