@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.detection.series import Stretch
+from service.detection.changepoints import Drop
+from service.detection.series import Series, Stretch, stretch
 
 #: A regression's cause for the rewarm cause holding the most rewarm tokens after
 #: it (contract section 5): the concurrent rewarms are a cold fan-out.
@@ -71,6 +72,12 @@ def cause_of(before: Stretch, after: Stretch) -> str:
         top = max(after.rewarm_tokens, key=lambda c: after.rewarm_tokens[c])
         return REWARM_CAUSE_NAMES.get(top, "unknown")
     return "unknown"
+
+
+def drop_cause(series: Series, drop: Drop) -> str:
+    """The cause of a drop of a series, from its figures before and after."""
+    before = stretch(series, drop.before.start, drop.before.end)
+    return cause_of(before, stretch(series, drop.after.start, drop.after.end))
 
 
 def evidence_of(

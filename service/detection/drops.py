@@ -68,6 +68,7 @@ class Signal:
     bucket_us: npt.NDArray[np.int64]
     season: Season
     wait: Floats | None = None
+    bucket_s: int = 300
     #: Buckets inside drops already found: no reference for what is normal.
     excluded: Bools | None = None
 
@@ -125,6 +126,7 @@ def signal_of(series: Series, bucket_s: int, excluded: Bools | None = None) -> S
             excluded,
         ),
         wait=series.wait,
+        bucket_s=bucket_s,
         excluded=excluded,
     )
 
@@ -174,14 +176,8 @@ def _drop_at(
             return None
     fall, opening = judged
     rule = judge.rule
-    recovered = next(
-        (
-            p.start
-            for p in parts[i + 1 :]
-            if p.level >= before.level - max(rule.min_abs / 2, fall / 4)
-        ),
-        None,
-    )
+    back = before.level - max(rule.min_abs / 2, fall / 4)
+    recovered = next((p.start for p in parts[i + 1 :] if judge.shows_level(p, back)), None)
     lowest = (deepest or parts[i]).level
     at = _crossing(
         judge.z, judge.w_norm, before, Segment(after.start, after.end, lowest, after.weight)
@@ -228,7 +224,7 @@ class _Judge:
         self.w_norm = w / w.mean()
         self.is_busy = busy(w, signal.wait)
         self.sigma = max(noise_sigma(z, self.w_norm), rule.sigma_floor)
-        self.load = smoothed_load(signal.requests)
+        self.load = smoothed_load(signal.requests, signal.bucket_us, signal.bucket_s)
 
     def fall(self, before: Segment, after: Segment) -> tuple[float, Opening] | None:
         """How far the after segment is below normal, over its buckets a judgement
@@ -261,6 +257,18 @@ class _Judge:
         w = self.signal.tokens[indices][keep]
         level = float((w * expected[keep]).sum() / w.sum())
         return Opening(int(indices[0]), int(indices[keep][-1]) + 1, level)
+
+    def shows_level(self, part: Segment, level: float) -> bool:
+        """Whether a segment is back at `level` on buckets that can show it: at least
+        `min_buckets` of them busy or with a known season. A quiet night's few
+        requests at a good hit rate do not end a drop that the next busy morning
+        still shows."""
+        window = slice(part.start, part.end)
+        judged = self.is_busy[window] | self.signal.season.known[window]
+        if int(judged.sum()) < self.rule.min_buckets:
+            return False
+        w = self.signal.tokens[window][judged]
+        return float((w * self.z[window][judged]).sum() / w.sum()) >= level
 
     def _load(self, change: int, load: Floats) -> tuple[Floats, Bools]:
         s = self.signal

@@ -35,6 +35,7 @@ import polars as pl
 
 from service.analytics.definitions import SUM_COLUMNS, USD_COLUMNS
 from service.detection.changepoints import Drop, DropRule, WeightedMeanCost, noise_sigma
+from service.detection.diagnosis import drop_cause
 from service.detection.drops import find_drops
 from service.detection.series import Series, Stretch, stretch
 
@@ -68,13 +69,35 @@ def change_us(series: Series, drop: Drop) -> int:
 SAME_CHANGE_US = 3600 * 1_000_000
 
 
-def explained_by_service(group_us: int, service_us: list[int], reach_us: int) -> bool:
-    """A group's drop that a drop of the whole service explains: the two changes are
-    within max(`reach_us`, SAME_CHANGE_US) of each other. A sparse group's change
-    point is less precise than its service's, hence the hour; a group that falls on
-    its own while the service is still down from an earlier change is its own."""
+@dataclass(frozen=True)
+class ServiceChange:
+    """A lasting drop of the whole service: when it began, when it recovered (None:
+    still down) and its cause."""
+
+    at_us: int
+    until_us: int | None
+    cause: str
+
+
+def explained_by_service(
+    group_us: int, group_cause: str, changes: list[ServiceChange], reach_us: int
+) -> bool:
+    """A group's drop that a drop of the whole service explains (one change, one
+    regression): the two changes are within max(`reach_us`, SAME_CHANGE_US) of each
+    other (a sparse group's change point is less precise than its service's, hence
+    the hour), or the group fell while its service was down from a change of the same
+    cause (a slow erosion of the whole service reaches each customer on its own day).
+    A group that falls for another cause while its service is down is its own."""
     near = max(reach_us, SAME_CHANGE_US)
-    return any(abs(group_us - other) <= near for other in service_us)
+    for change in changes:
+        if abs(group_us - change.at_us) <= near:
+            return True
+        during = change.at_us <= group_us and (
+            change.until_us is None or group_us < change.until_us
+        )
+        if during and change.cause == group_cause:
+            return True
+    return False
 
 
 def rest_of(service: Series, group: Series) -> Series:
@@ -122,11 +145,19 @@ def fell_against_rest(group: Series, rest: Series, drop: Drop, rule: DropRule) -
         return level, own, float((w * w * variance).sum() / w.sum() ** 2)
 
     was, was_own, was_var = side(drop.before.start, drop.before.end)
-    now, _, now_var = side(drop.after.start, drop.after.end)
+    now, now_own, now_var = side(drop.after.start, drop.after.end)
     fall = was - now + _EPSILON
     if fall < rule.min_abs or fall < rule.min_rel * was_own:
         return False
+    if fall < OWN_SHARE * (was_own - now_own):
+        return False
     return fall >= rule.z_score * math.sqrt(was_var + now_var)
+
+
+#: A group's fall must be at least this share its own, not its service's: a tenant
+#: that fell by 0.37 while the rest of the service fell by 0.24 (an erosion reaching
+#: every customer) moved with its service, however its noise made the residual look.
+OWN_SHARE = 0.5
 
 
 def _binomial(series: Series, index: npt.NDArray[np.intp], level: float) -> Floats:
@@ -156,7 +187,7 @@ def moved_apart(group: Series, rest: Series, rule: DropRule) -> bool:
 
 def group_drops(
     service: Series,
-    service_changes_us: list[int],
+    service_changes: list[ServiceChange],
     groups: dict[K, Series],
     rule: DropRule,
     reach_us: int,
@@ -164,8 +195,8 @@ def group_drops(
 ) -> dict[K, list[Drop]]:
     """Per group, its lasting drops (judged as a series of its own: seasons, lulls,
     counts) that fell against the rest of the service and that the service's own
-    drops (`service_changes_us`) do not explain; only the groups that moved apart
-    from the rest of the service are searched."""
+    drops (`service_changes`) do not explain; only the groups that moved apart from
+    the rest of the service are searched."""
     found: dict[K, list[Drop]] = {}
     for key, series in groups.items():
         if not len(series):
@@ -177,7 +208,9 @@ def group_drops(
             drop
             for drop in find_drops(series, bucket_s, rule)
             if fell_against_rest(series, rest, drop, rule)
-            and not explained_by_service(change_us(series, drop), service_changes_us, reach_us)
+            and not explained_by_service(
+                change_us(series, drop), drop_cause(series, drop), service_changes, reach_us
+            )
         ]
         if drops:
             found[key] = drops

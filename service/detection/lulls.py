@@ -47,35 +47,36 @@ class LoadReference:
     log_load: Floats  # sorted
     hit_rate: Floats  # in that order
     tokens: Floats
-    requests_cumulative: Floats
+    load_cumulative: Floats
 
     @staticmethod
-    def of(hit_rate: Floats, tokens: Floats, requests: Floats) -> LoadReference:
-        """`requests`: each bucket's load (`smoothed_load`)."""
-        keep = requests > 0
-        order = np.argsort(np.log(requests[keep]), kind="stable")
-        req = requests[keep][order]
+    def of(hit_rate: Floats, tokens: Floats, load: Floats) -> LoadReference:
+        """The reference buckets: their hit rates, prompt tokens and loads
+        (`smoothed_load`)."""
+        keep = load > 0
+        order = np.argsort(np.log(load[keep]), kind="stable")
+        sorted_load = load[keep][order]
         return LoadReference(
-            log_load=np.log(req),
+            log_load=np.log(sorted_load),
             hit_rate=hit_rate[keep][order],
             tokens=tokens[keep][order],
-            requests_cumulative=np.concatenate([[0.0], np.cumsum(req)]),
+            load_cumulative=np.concatenate([[0.0], np.cumsum(sorted_load)]),
         )
 
-    def expected(self, requests: Floats) -> tuple[Floats, Bools]:
-        """Per bucket of `requests`: the usual hit rate at that load (the token-
-        weighted median of the references within the band), and whether enough
-        references hold it."""
-        expected = np.zeros(len(requests))
-        known = np.zeros(len(requests), dtype=np.bool_)
+    def expected(self, load: Floats) -> tuple[Floats, Bools]:
+        """Per bucket of `load`: the usual hit rate at that load (the token-weighted
+        median of the references within the band), and whether enough references
+        hold it (their loads summing to `MIN_REQUESTS` requests)."""
+        expected = np.zeros(len(load))
+        known = np.zeros(len(load), dtype=np.bool_)
         if not len(self.log_load):
             return expected, known
         half = np.log(BAND)
-        loads = np.log(np.maximum(requests, 1.0))
+        loads = np.log(np.maximum(load, 1e-9))
         lo = np.searchsorted(self.log_load, loads - half, side="left")
         hi = np.searchsorted(self.log_load, loads + half, side="right")
         enough = (hi - lo >= MIN_BUCKETS) & (
-            self.requests_cumulative[hi] - self.requests_cumulative[lo] >= MIN_REQUESTS
+            self.load_cumulative[hi] - self.load_cumulative[lo] >= MIN_REQUESTS
         )
         for i in np.flatnonzero(enough):
             a, b = lo[i], hi[i]
@@ -84,15 +85,19 @@ class LoadReference:
         return expected, known
 
 
-#: A bucket's load is the mean request count of the buckets this close to it.
-SMOOTH_BUCKETS = 3
+#: A bucket's load is its requests per bucket over this many seconds either side.
+SMOOTH_S = 900
 
 
-def smoothed_load(requests: Floats) -> Floats:
-    """Requests per bucket averaged over +-`SMOOTH_BUCKETS` neighbours: a bucket's own
-    count is Poisson noise around the traffic's rate (20 +- 4.5), too coarse to find
-    the buckets whose traffic was like it."""
-    kernel = np.ones(2 * SMOOTH_BUCKETS + 1)
-    total = np.convolve(requests, kernel, mode="same")
-    count = np.convolve(np.ones(len(requests)), kernel, mode="same")
-    return np.asarray(total / count)
+def smoothed_load(requests: Floats, bucket_us: npt.NDArray[np.int64], bucket_s: int) -> Floats:
+    """Requests per bucket over the +-`SMOOTH_S` around each bucket, empty buckets
+    counted as empty: a bucket's own count is Poisson noise around the traffic's rate
+    (20 +- 4.5), too coarse to find the buckets whose traffic was like it; and a
+    series leaves empty buckets out, so a Saturday night's one request an hour must
+    not read as a weekday night's few a bucket."""
+    half = SMOOTH_S * 1_000_000
+    total = np.concatenate([[0.0], np.cumsum(requests)])
+    lo = np.searchsorted(bucket_us, bucket_us - half, side="left")
+    hi = np.searchsorted(bucket_us, bucket_us + half, side="right")
+    span = (2 * SMOOTH_S) // bucket_s + 1
+    return np.asarray((total[hi] - total[lo]) / span)

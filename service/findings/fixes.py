@@ -4,6 +4,7 @@ dashboard and the demo all say these."""
 
 from __future__ import annotations
 
+from service.alerts.money import usd_per_day
 from service.alerts.wording import duration
 
 _SEGMENT_FIXES = {
@@ -80,12 +81,21 @@ def eviction(needed_tokens: int | None) -> str:
     )
 
 
-def expiry(ttl_s: float | None) -> str:
+def expiry(ttl_s: float | None, quiet_usd_per_day: float | None = None) -> str:
+    """`quiet_usd_per_day`: what the expiry of the quiet hours costs a day (the lulls),
+    which a keep-warm request must cost less than."""
     ttl = f" of {duration(ttl_s)}" if ttl_s else ""
-    return (
+    fix = (
         f"use a cache TTL for the traffic's pauses: the TTL{ttl} is shorter than the gaps "
         'between uses; ask for the longer one (Anthropic `"ttl": "1h"`, OpenAI '
         '`prompt_cache_retention: "24h"`) or keep the prefix warm with a cheap request'
+    )
+    if quiet_usd_per_day is None:
+        return fix
+    return (
+        f"{fix} once per TTL through the quiet hours, if that costs less than the "
+        f"{usd_per_day(quiet_usd_per_day)} they lose; or accept it: quiet hours expire "
+        "prefixes by nature"
     )
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from service.alerts.money import usd_per_day
 from service.alerts.wording import duration, pct
 from service.analytics.definitions import dollars
 from service.findings import fixes
@@ -241,7 +242,8 @@ def _rewarm_fix(kind: str, scope: Scope, facts: Facts) -> str:
     if kind == "eviction":
         return fixes.eviction(facts.capacity.needed_tokens if facts.capacity else None)
     if kind == "expiry":
-        return fixes.expiry(facts.ttl_s)
+        quiet = quiet_hours(scope, "expiry")
+        return fixes.expiry(facts.ttl_s, None if quiet is None else quiet.usd_per_day)
     return fixes.below_minimum(facts.min_prompt_tokens)
 
 
@@ -281,11 +283,59 @@ def _rewarm_evidence(kind: str, scope: Scope, facts: Facts) -> list[str]:
             f"{count:,} requests came back to their prefix after it had expired{ttl}: {head}",
             f"{within:,} of them ({pct(within / count if count else 0.0)}) came back "
             "within twice the TTL: a TTL twice as long would have kept those",
+            *_quiet_hours_evidence(scope, "expiry"),
         ]
     minimum = f"{facts.min_prompt_tokens:,}" if facts.min_prompt_tokens else "the minimum"
     return [
         f"{count:,} requests with a reusable prefix were shorter than the {minimum} "
         f"tokens the provider caches at least: {head}"
+    ]
+
+
+#: An hour is quiet when its requests are under this share of a busy hour's (the
+#: 90th percentile of the scope's hours): nights, evenings and weekends.
+QUIET_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """How much of a cause's waste falls in the scope's quiet hours."""
+
+    hours: int
+    share: float  # of the cause's rewarm tokens
+    usd_per_day: float | None
+
+
+def quiet_hours(scope: Scope, cause: str) -> Quiet | None:
+    """The share of a cause's rewarm tokens (and dollars a day) in the quiet hours:
+    what a lull costs. A managed API lets a prefix expire when nobody sends it for its
+    TTL, so fewer requests at night mean more expiry: a property of the traffic, worth
+    its dollars here, never a regression (contract section 5c). None: no quiet hour."""
+    hours = scope.hours
+    requests = hours["requests"].cast(pl.Float64)
+    busy = float(requests.quantile(0.9) or 0.0)
+    quiet = hours.filter(requests < QUIET_SHARE * busy)
+    total = scope.totals[f"rewarm_tokens_{cause}"]
+    if quiet.is_empty() or total <= 0:
+        return None
+    usd = dollars(float(quiet[f"wasted_usd_{cause}"].sum()), int(scope.totals["priced_requests"]))
+    return Quiet(
+        hours=quiet.height,
+        share=float(quiet[f"rewarm_tokens_{cause}"].sum()) / total,
+        usd_per_day=None if usd is None else scope.per_day(usd),
+    )
+
+
+def _quiet_hours_evidence(scope: Scope, cause: str) -> list[str]:
+    quiet = quiet_hours(scope, cause)
+    if quiet is None:
+        return []
+    usd = "" if quiet.usd_per_day is None else f", {usd_per_day(quiet.usd_per_day)}"
+    return [
+        f"{pct(quiet.share)} of them came in the {quiet.hours:,} quiet hours (under "
+        f"{pct(QUIET_SHARE)} of a busy hour's requests: nights, evenings, weekends{usd}): "
+        "fewer requests than one per TTL let a prefix expire, a lull of the traffic and "
+        "not a regression"
     ]
 
 

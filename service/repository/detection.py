@@ -241,7 +241,7 @@ def find_regression(
     return session.scalars(query).first()
 
 
-def open_regression_before(
+def episode_within(
     session: Session,
     service: str,
     model: str,
@@ -249,8 +249,8 @@ def open_regression_before(
     cause: str,
     span: tuple[int, int],
 ) -> Regression | None:
-    """The latest open regression of the (service, model) and group with that cause
-    whose change is in [span[0], span[1]): the one a drop over that span continues."""
+    """The earliest regression of the (service, model) and group with that cause whose
+    change is in [span[0], span[1]): the episode a drop over that span is."""
     query = (
         select(Regression)
         .where(
@@ -259,11 +259,10 @@ def open_regression_before(
             Regression.group_by == group[0],
             Regression.group_value == group[1],
             Regression.cause == cause,
-            Regression.status == "open",
             Regression.change_ts_us >= span[0],
             Regression.change_ts_us < span[1],
         )
-        .order_by(Regression.change_ts_us.desc(), Regression.id.desc())
+        .order_by(Regression.change_ts_us, Regression.id)
         .limit(1)
     )
     return session.scalars(query).first()

@@ -8,10 +8,12 @@ from sqlalchemy.orm import Session
 
 from service import repository, telemetry
 from service.alerts import outbox
+from service.detection.changepoints import Drop
+from service.detection.diagnosis import drop_cause
 from service.detection.drops import find_drops
-from service.detection.groups import change_us
+from service.detection.groups import ServiceChange, change_us
 from service.detection.inferred import replica_changes
-from service.detection.series import build_series
+from service.detection.series import Series, build_series
 from service.models import Regression
 from service.repository import detection as detection_repo
 from service.services import analytics_pass, group_detection
@@ -71,7 +73,7 @@ def _detect_series(
     groups = group_detection.GroupFindings()
     if settings.detect_groups:
         # Every lasting drop of the service, reported or not, explains its groups'.
-        changes = [change_us(series, d) for d in drops]
+        changes = [service_change(series, d) for d in drops]
         groups = group_detection.find_groups(session, settings, key, since_us, (series, changes))
     drops = [
         d
@@ -81,6 +83,11 @@ def _detect_series(
     ]
     found = records.record_drops(session, settings, key, series, drops, now_us)
     return found + group_detection.record_groups(session, settings, key, groups, now_us)
+
+
+def service_change(series: Series, drop: Drop) -> ServiceChange:
+    recovered = None if drop.recovered_at is None else int(series.bucket_us[drop.recovered_at])
+    return ServiceChange(change_us(series, drop), recovered, drop_cause(series, drop))
 
 
 def _lookback_start(session: Session, settings: Settings, now_us: int) -> int:

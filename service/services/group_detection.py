@@ -10,7 +10,14 @@ from sqlalchemy.orm import Session
 
 from service.analytics.definitions import SUM_COLUMNS
 from service.detection.changepoints import Drop, DropRule
-from service.detection.groups import Canary, canaries, group_drops, series_from_chart, without
+from service.detection.groups import (
+    Canary,
+    ServiceChange,
+    canaries,
+    group_drops,
+    series_from_chart,
+    without,
+)
 from service.detection.series import Series, stretch
 from service.models import Regression
 from service.repository import detection as detection_repo
@@ -56,7 +63,7 @@ def find_groups(
     settings: Settings,
     key: tuple[str, str],
     since_us: int,
-    service: tuple[Series, list[int]],
+    service: tuple[Series, list[ServiceChange]],
 ) -> GroupFindings:
     """The drops of the groups of `key` (scenario, tenant) that the service's own
     drops (its series and their changes) do not explain, and its canaries."""

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from service.analytics.costs import RegressionCost, Side, regression_cost
 from service.detection.changepoints import Drop, DropRule
-from service.detection.diagnosis import SegmentVariants, cause_of, diagnose
+from service.detection.diagnosis import SegmentVariants, diagnose, drop_cause
 from service.detection.drops import separate_episodes
 from service.detection.groups import Canary
 from service.detection.series import Series, Stretch, stretch
@@ -41,9 +41,10 @@ class Assessed:
     group: Group | None
     change_us: int
     values: dict[str, Any]
-    #: Where the drop's before side starts: an open regression of the same cause
-    #: changed since then is the same episode (`store`).
-    since_us: int
+    #: The drop's span, from its before side's start to its after side's end: an
+    #: open regression of the same cause that changed within it is the same
+    #: episode (`store`).
+    span_us: tuple[int, int]
 
     @property
     def cause(self) -> str:
@@ -77,12 +78,6 @@ def record_drops(
     ]
 
 
-def drop_cause(series: Series, drop: Drop) -> str:
-    """The cause of a drop (contract section 5), from its figures alone."""
-    before = stretch(series, drop.before.start, drop.before.end)
-    return cause_of(before, stretch(series, drop.after.start, drop.after.end))
-
-
 def assess_drop(
     session: Session,
     settings: Settings,
@@ -112,7 +107,11 @@ def assess_drop(
     values = _values(
         before, after, variants, days, event, lag_s, recovered_us, now_us, _recovered(series, drop)
     )
-    return Assessed(key, group, change_us, values, int(series.bucket_us[drop.before.start]))
+    span = (
+        int(series.bucket_us[drop.before.start]),
+        int(series.bucket_us[drop.after.end - 1]) + bucket_us,
+    )
+    return Assessed(key, group, change_us, values, span)
 
 
 def _recovered(series: Series, drop: Drop) -> Stretch | None:
@@ -160,7 +159,7 @@ def record_canary(
         f"{canary.after.hit_rate:.0%} against {canary.before.hit_rate:.0%}",
         *values["evidence"],
     ]
-    assessed = Assessed(key, Group("deploy", canary.tag), change_us, values, int(span[0]))
+    assessed = Assessed(key, Group("deploy", canary.tag), change_us, values, (int(span[0]), end))
     return store(session, settings, assessed, now_us)
 
 
@@ -215,9 +214,10 @@ def store(
     session: Session, settings: Settings, assessed: Assessed, now_us: int
 ) -> tuple[Regression, bool]:
     """Insert the regression, or update the one already stored for the same change:
-    the same change seen again (its estimate may move by a bucket or two), or an open
-    regression of the same series and cause that this drop continues (a slow
-    erosion found again from another step: its first change, before side and
+    the same change seen again (its estimate may move by a bucket or two), or a
+    regression of the same series and cause that changed within this drop's span (a
+    slow erosion found again from another step, or dated earlier with more data, or
+    called over too soon by a pass that saw less: its first change, before side and
     attribution stay; its after side, evidence, cost and status follow the drop).
     Returns it and whether it is new."""
     service, model = assessed.key
@@ -228,8 +228,8 @@ def store(
         session, service, model, change_us - slack, change_us + slack, (by, value)
     )
     if existing is None:
-        existing = detection_repo.open_regression_before(
-            session, service, model, (by, value), assessed.cause, (assessed.since_us, change_us)
+        existing = detection_repo.episode_within(
+            session, service, model, (by, value), assessed.cause, assessed.span_us
         )
         if existing is not None:
             values = {k: v for k, v in values.items() if k not in _FIRST_SEEN}
@@ -251,7 +251,8 @@ def store(
     return regression, True
 
 
-#: What a continuing drop leaves as the regression first had it.
+#: What a continuing drop leaves as the regression first had it: the change it was
+#: reported with (its alert, links and attribution name it) and the side before it.
 _FIRST_SEEN = ("before", "attributed_event_id", "attributed_to")
 
 
