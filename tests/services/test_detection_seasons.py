@@ -87,8 +87,10 @@ def test_a_slow_erosion_is_one_regression_that_stays_open(
     found = detect_in_chunks(session, settings, traffic.traffic(plan), DAY)
     assert [(r["group"], r["cause"], r["status"]) for r in found] == [(None, "eviction", "open")]
     change = found[0]["change_ts"]
-    assert us_to_rfc3339(int((MONDAY + at(3)) * US)) <= change <= us_to_rfc3339(
-        int((MONDAY + at(5, 12)) * US)
+    assert (
+        us_to_rfc3339(int((MONDAY + at(3)) * US))
+        <= change
+        <= us_to_rfc3339(int((MONDAY + at(5, 12)) * US))
     )
 
 
@@ -112,9 +114,7 @@ def test_a_busy_40_minute_break_rolled_back_is_one_regression(
     5-minute glitch on Tuesday and the lulls are none."""
     release = at(4, 15)
     some = lambda r: int(r["request_id"].rsplit("-", 1)[1]) % 10 < 4  # noqa: E731
-    plan = Plan(
-        days=8, peak=0.08, breaks=[Break(release, 40 * 60, some), Break(at(1, 11), 5 * 60)]
-    )
+    plan = Plan(days=8, peak=0.08, breaks=[Break(release, 40 * 60, some), Break(at(1, 11), 5 * 60)])
     record_event(
         session,
         EventIn(ts=int((MONDAY + release) * US), service="assistant", kind="deploy", deploy="v2"),
@@ -142,7 +142,9 @@ def test_a_sparse_tenants_change_is_dated_at_its_first_request_that_shows_it(
         breaks=[Break(change, 2 * DAY, lambda r: r["tenant"] == tenant)],
     )
     records = traffic.traffic(plan)
-    first_broken = min(r["ts"] for r in records if r["ts"] >= MONDAY + change and r["tenant"] == tenant)
+    first_broken = min(
+        r["ts"] for r in records if r["ts"] >= MONDAY + change and r["tenant"] == tenant
+    )
     record_event(
         session,
         EventIn(
