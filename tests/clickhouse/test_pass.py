@@ -187,6 +187,12 @@ def test_reads_of_the_records(
         assert detection_repo.segment_variants_per_hour(ch_session, *variants) == (
             detection_repo.segment_variants_per_hour(session, *variants)
         )
+        for group in (None, ("tenant", "tenant-1"), ("deploy", "v2")):
+            window = ("assistant", "m", T0 * US, (T0 + 3 * 3600) * US, group)
+            relational = sorted(zip(*detection_repo.session_sums(session, *window), strict=True))
+            on_clickhouse = detection_repo.session_sums(ch_session, *window)
+            assert sorted(zip(*on_clickhouse, strict=True)) == relational, group
+            assert relational, group
 
 
 def test_capacity_is_sampled_and_says_so(
