@@ -163,11 +163,7 @@ def _served(
 ) -> int:
     """The leading blocks the cache holds at `t`; then every block is used at `t`."""
     ttl = 300.0 if plan.managed else math.inf
-    run = 0
-    for b in blocks:
-        if t - cache.get(b, -math.inf) > ttl:
-            break
-        run += 1
+    run = next((k for k, b in enumerate(blocks) if t - cache.get(b, -math.inf) > ttl), len(blocks))
     if plan.eviction_from is not None and t >= plan.eviction_from:
         evicted = plan.eviction_per_day * (t - plan.eviction_from) / DAY
         if rng.random() < evicted:
