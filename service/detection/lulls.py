@@ -27,8 +27,6 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from service.detection.seasonal import weighted_median
-
 Floats = npt.NDArray[np.float64]
 Bools = npt.NDArray[np.bool_]
 
@@ -40,14 +38,23 @@ MIN_REQUESTS = 60
 MIN_BUCKETS = 6
 
 
+#: The reference hit rates are binned this finely for their medians, interpolated
+#: within the bin where half the tokens are reached (as a grouped median is).
+BINS = 64
+#: Buckets whose medians are taken at once (bounds the memory to a few MB).
+_CHUNK = 2048
+
+
 @dataclass(frozen=True)
 class LoadReference:
-    """The hit rate a series had at each load, from buckets before a change."""
+    """The hit rate a series had at each load, from buckets before a change: the
+    references sorted by load, with running sums of their loads and of their tokens
+    per hit-rate bin, so that the references within any band of loads are a
+    difference of two rows (the cost grows with the buckets, not with the bands)."""
 
     log_load: Floats  # sorted
-    hit_rate: Floats  # in that order
-    tokens: Floats
     load_cumulative: Floats
+    tokens_cumulative: Floats  # (references + 1, BINS): tokens per hit-rate bin, summed
 
     @staticmethod
     def of(hit_rate: Floats, tokens: Floats, load: Floats) -> LoadReference:
@@ -56,17 +63,19 @@ class LoadReference:
         keep = load > 0
         order = np.argsort(np.log(load[keep]), kind="stable")
         sorted_load = load[keep][order]
+        bins = np.clip((hit_rate[keep][order] * BINS).astype(np.intp), 0, BINS - 1)
+        per_bin = np.zeros((len(order) + 1, BINS))
+        per_bin[np.arange(1, len(order) + 1), bins] = tokens[keep][order]
         return LoadReference(
             log_load=np.log(sorted_load),
-            hit_rate=hit_rate[keep][order],
-            tokens=tokens[keep][order],
             load_cumulative=np.concatenate([[0.0], np.cumsum(sorted_load)]),
+            tokens_cumulative=np.cumsum(per_bin, axis=0),
         )
 
     def expected(self, load: Floats) -> tuple[Floats, Bools]:
         """Per bucket of `load`: the usual hit rate at that load (the token-weighted
-        median of the references within the band), and whether enough references
-        hold it (their loads summing to `MIN_REQUESTS` requests)."""
+        median of the references within the band, to a bin), and whether enough
+        references hold it (their loads summing to `MIN_REQUESTS` requests)."""
         expected = np.zeros(len(load))
         known = np.zeros(len(load), dtype=np.bool_)
         if not len(self.log_load):
@@ -78,11 +87,30 @@ class LoadReference:
         enough = (hi - lo >= MIN_BUCKETS) & (
             self.load_cumulative[hi] - self.load_cumulative[lo] >= MIN_REQUESTS
         )
-        for i in np.flatnonzero(enough):
-            a, b = lo[i], hi[i]
-            expected[i] = weighted_median(self.hit_rate[a:b], self.tokens[a:b])
-            known[i] = True
+        index = np.flatnonzero(enough)
+        medians = self._medians(lo[index], hi[index])
+        expected[index] = np.nan_to_num(medians)
+        known[index] = ~np.isnan(medians)
         return expected, known
+
+    def _medians(self, lo: npt.NDArray[np.intp], hi: npt.NDArray[np.intp]) -> Floats:
+        """The token-weighted median hit rate of references lo[i]:hi[i]: in the bin
+        where half the window's tokens are reached, as far into it as the tokens
+        still wanted are of the bin's (NaN: no tokens)."""
+        out = np.empty(len(lo))
+        for start in range(0, len(lo), _CHUNK):
+            part = slice(start, start + _CHUNK)
+            window = self.tokens_cumulative[hi[part]] - self.tokens_cumulative[lo[part]]
+            running = np.cumsum(window, axis=1)
+            half = running[:, -1] / 2
+            at = np.argmax(running >= half[:, None], axis=1)
+            rows = np.arange(len(at))
+            inside = window[rows, at]
+            wanted = half - (running[rows, at] - inside)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                share = np.where(inside > 0, wanted / inside, 0.5)
+            out[part] = np.where(half > 0, (at + share) / BINS, np.nan)
+        return out
 
 
 #: A bucket's load is its requests per bucket over this many seconds either side.
