@@ -65,6 +65,10 @@ class Settings(BaseSettings):
     drop_min_abs: float = Field(0.10, gt=0, le=1)
     drop_min_rel: float = Field(0.20, gt=0, le=1)
     detect_min_duration_s: int = Field(1800, gt=0)
+    # A regression is over once its series is back for this long of busy traffic
+    # (docs/detection.md section 3): a KV budget thrashing at the peak comes back
+    # between its dips, and those are no recoveries.
+    detect_recovery_s: int = Field(3 * 3600, gt=0)
     detect_lookback_days: int = Field(14, ge=1)
     # Groups (contract sections 4b, 5, 5a; docs/groups.md): detection also watches
     # each scenario and the `detect_top_tenants` tenants with the most prompt tokens

@@ -125,17 +125,25 @@ def _best_dip(
     cost: WeightedMeanCost, start: int, end: int, min_size: int, total: float
 ) -> tuple[int, float] | None:
     """The start and gain of the best dip [a, a + m) of [start, end), with at least
-    `min_size` buckets on each side and in it."""
+    `min_size` buckets on each side and in it: the grid's lengths a block at a time,
+    each block for every start in one NumPy expression (the shortest length, then the
+    earliest start, wins ties)."""
     best: tuple[int, float] | None = None
-    for m in _dip_lengths(min_size, end - start - 2 * min_size):
-        a = np.arange(start + min_size, end - min_size - m + 1)
-        if not len(a):
-            continue
-        gains = total - cost.errors(start, a) - cost.errors(a, a + m) - cost.errors(a + m, end)
-        i = int(np.argmax(gains))
-        if best is None or gains[i] > best[1]:
-            best = (int(a[i]), float(gains[i]))
+    lengths = _dip_lengths(min_size, end - start - 2 * min_size)
+    for k in range(0, len(lengths), _DIP_BLOCK):
+        m = lengths[k : k + _DIP_BLOCK, None]
+        a = np.arange(start + min_size, end - min_size - int(m[0, 0]) + 1)[None, :]
+        b = np.minimum(a + m, end - min_size)
+        gains = total - cost.errors(start, a) - cost.errors(a, b) - cost.errors(b, end)
+        gains = np.where(a + m <= end - min_size, gains, -np.inf)
+        row, col = np.unravel_index(int(np.argmax(gains)), gains.shape)
+        if best is None or gains[row, col] > best[1]:
+            best = (int(a[0, col]), float(gains[row, col]))
     return best
+
+
+#: Dip lengths searched at once by `_best_dip`.
+_DIP_BLOCK = 6
 
 
 @dataclass(frozen=True)
@@ -143,7 +151,9 @@ class DropRule:
     """What counts as a regression (contract section 5 and 5c): a drop of at least
     `min_abs` (absolute) and `min_rel` (relative to the level expected), lasting
     `min_buckets` buckets (`CACHEWATCH_DETECT_MIN_DURATION_S` over the bucket), and
-    `z_score` standard errors beyond what the buckets' counts let chance make."""
+    `z_score` standard errors beyond what the buckets' counts let chance make. It is
+    over once the level is back for `recovery_buckets` busy buckets
+    (`CACHEWATCH_DETECT_RECOVERY_S`)."""
 
     min_abs: float = 0.10
     min_rel: float = 0.20
@@ -151,6 +161,7 @@ class DropRule:
     beta: float = 3.0
     sigma_floor: float = 0.01
     z_score: float = 3.0
+    recovery_buckets: int = 36
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -49,7 +49,7 @@ from service.detection.changepoints import (
 from service.detection.evidence import OPENING_S
 from service.detection.lulls import LoadReference, smoothed_load
 from service.detection.seasonal import Season, season_of
-from service.detection.series import Series
+from service.detection.series import I64, Series
 
 Floats = npt.NDArray[np.float64]
 Bools = npt.NDArray[np.bool_]
@@ -162,25 +162,28 @@ TAIL_S = 6 * 3600
 def _drop_at(
     parts: list[Segment], i: int, judge: _Judge, deepest: Segment | None = None
 ) -> Drop | None:
-    """The drop into segment `i` (judged on `deepest`, a part of it, when given), from
-    the segment before or from the top of the staircase it ends."""
-    before, after = parts[i - 1], parts[i]
-    judged = judge.fall(before, deepest or after) if deepest is None else None
-    if judged is None:
-        top = _staircase_top(parts, i)
-        if top == i - 1 and deepest is None:
-            return None
-        before, after = parts[top], _union(judge.z, judge.w_norm, parts[top + 1 : i + 1])
-        judged = judge.fall(before, deepest or parts[i])
-        if judged is None:
-            return None
+    """The drop into segment `i` (judged on `deepest`, a part of it, when given): from
+    the top of the staircase it ends when there is one (a slow erosion dates from its
+    onset), else from the segment before."""
+    target = deepest or parts[i]
+    top = _staircase_top(parts, i, judge, target)
+    tops = [top] if top < i - 1 else []
+    if deepest is None:
+        tops.append(i - 1)
+    for b in tops:
+        judged = judge.fall(parts[b], target)
+        if judged is not None:
+            break
+    else:
+        return None
+    before = parts[b]
+    after = parts[i] if b == i - 1 else _union(judge.z, judge.w_norm, parts[b + 1 : i + 1])
     fall, opening = judged
     rule = judge.rule
     back = before.level - max(rule.min_abs / 2, fall / 4)
-    recovered = next((p.start for p in parts[i + 1 :] if judge.shows_level(p, back)), None)
-    lowest = (deepest or parts[i]).level
+    recovered = judge.recovery(parts[i + 1 :], back)
     at = _crossing(
-        judge.z, judge.w_norm, before, Segment(after.start, after.end, lowest, after.weight)
+        judge.z, judge.w_norm, before, Segment(after.start, after.end, target.level, after.weight)
     )
     return Drop(at, before, after, recovered, fall, opening)
 
@@ -198,13 +201,31 @@ def _tail_drop(parts: list[Segment], judge: _Judge, signal: Signal) -> Drop | No
     return _drop_at(parts, len(parts) - 1, judge, tail)
 
 
-def _staircase_top(parts: list[Segment], i: int) -> int:
+def _staircase_top(parts: list[Segment], i: int, judge: _Judge, target: Segment) -> int:
     """The index of the highest segment of the run of ever lower segments ending at
-    `i` (i - 1 when the step into `i` is not part of one)."""
-    top = i - 1
-    while top >= 1 and parts[top - 1].level > parts[top].level:
-        top -= 1
+    `i` (i - 1 when the step into `i` is not part of one), comparing segments by
+    their busy buckets and passing over those with too few: a working set outgrowing
+    its KV budget loses the busy hours first, and each quiet night in between is fine
+    (so is each night's level), one step down a day. No step it passes over lasts
+    longer than `MAX_STEP_US`: a weekend night a few points above the three weekdays
+    after it is a plateau and its season, not the first step of an erosion."""
+    current = judge.busy_level(target)
+    current = target.level if current is None else current
+    top, k = i - 1, i - 1
+    while k >= 0:
+        level = judge.busy_level(parts[k])
+        if level is not None:
+            if level <= current:
+                break
+            if k < i - 1 and judge.lasts(parts[top]) > MAX_STEP_US:
+                break
+            top, current = k, level
+        k -= 1
     return top
+
+
+#: A step of a staircase lasts at most this long (an erosion steps down daily).
+MAX_STEP_US = 2 * _DAY_US
 
 
 def _union(z: Floats, w: Floats, parts: list[Segment]) -> Segment:
@@ -258,17 +279,45 @@ class _Judge:
         level = float((w * expected[keep]).sum() / w.sum())
         return Opening(int(indices[0]), int(indices[keep][-1]) + 1, level)
 
-    def shows_level(self, part: Segment, level: float) -> bool:
-        """Whether a segment is back at `level` on buckets that can show it: at least
-        `min_buckets` of them busy or with a known season. A quiet night's few
-        requests at a good hit rate do not end a drop that the next busy morning
-        still shows."""
+    def lasts(self, part: Segment) -> int:
+        """How long a segment spans (microseconds, its last bucket included)."""
+        b = self.signal.bucket_us
+        return int(b[part.end - 1] - b[part.start]) + self.signal.bucket_s * 1_000_000
+
+    def busy_level(self, part: Segment) -> float | None:
+        """The segment's level over its busy buckets (None: fewer than `min_buckets`)."""
         window = slice(part.start, part.end)
-        judged = self.is_busy[window] | self.signal.season.known[window]
-        if int(judged.sum()) < self.rule.min_buckets:
-            return False
-        w = self.signal.tokens[window][judged]
-        return float((w * self.z[window][judged]).sum() / w.sum()) >= level
+        busy = self.is_busy[window]
+        if int(busy.sum()) < self.rule.min_buckets:
+            return None
+        w = self.signal.tokens[window][busy]
+        return float((w * self.z[window][busy]).sum() / w.sum())
+
+    def recovery(self, later: list[Segment], level: float) -> int | None:
+        """Where the series came back to `level` for good: the first of a run of
+        segments at that level on their busy buckets holding `recovery_buckets` busy
+        buckets with no busy dip below it in between (segments with too few busy
+        buckets neither count nor break a run). None: not back yet.
+
+        Busy buckets, because a quiet night at a good hit rate does not end a drop
+        that the next busy morning still shows (a KV budget too small for the busy
+        hours' working set is fine every night). Held, because a budget thrashing at
+        the peak loses its working set for 40 minutes, holds it for 30, loses it
+        again: a drop that recovers between two of its own dips has not recovered,
+        and one regression stays open instead of one a dip."""
+        start, held = None, 0
+        for part in later:
+            busy = self.busy_level(part)
+            if busy is None:
+                continue
+            if busy < level:
+                start, held = None, 0
+                continue
+            start = part.start if start is None else start
+            held += int(self.is_busy[part.start : part.end].sum())
+            if held >= self.rule.recovery_buckets:
+                return start
+        return None
 
     def _load(self, change: int, load: Floats) -> tuple[Floats, Bools]:
         s = self.signal
@@ -309,22 +358,36 @@ class _Judge:
 
 
 def separate_episodes(
-    drops: Sequence[Drop], same_episode: Callable[[Drop, Drop], bool]
+    drops: Sequence[Drop], same_episode: Callable[[Drop, Drop], bool], bucket_us: I64
 ) -> list[Drop]:
     """The drops worth a regression each (contract section 5c: one change, one
-    regression). A drop that starts while the series is still down from the previous
-    reported one is that one going on when `same_episode` says so (the same cause: a
-    cut KV budget hurting more when the night's working set shifts, a slow erosion
-    found again from a later step), and a second alert would only repeat the first;
-    one of another cause (a release breaking the prompt during an eviction episode)
-    is a regression of its own."""
+    regression), each going on as long as its latest drop.
+
+    A drop that starts while the series is still down from the previous reported
+    one, or within `REOPEN_US` of its recovery, is that one going on when
+    `same_episode` says so (the same cause: a cut KV budget hurting more when the
+    night's working set shifts, a slow erosion found again from a later step, a
+    working set that fits every evening and thrashes again at the next day's peak):
+    its after side and recovery become the later drop's, and a second alert would
+    only repeat the first. One of another cause (a release breaking the prompt
+    during an eviction episode) is a regression of its own."""
     reported: list[Drop] = []
     for drop in sorted(drops, key=lambda d: d.at):
         previous = reported[-1] if reported else None
-        still_down = previous is not None and (
-            previous.recovered_at is None or previous.recovered_at > drop.at
-        )
-        if previous is not None and still_down and same_episode(previous, drop):
+        goes_on = previous is not None and _goes_on(previous, drop, bucket_us)
+        if previous is not None and goes_on and same_episode(previous, drop):
+            reported[-1] = replace(previous, after=drop.after, recovered_at=drop.recovered_at)
             continue
         reported.append(drop)
     return reported
+
+
+#: A recovery that a drop of the same cause undoes within a day (the next day's
+#: peak, the same hour a day later) did not hold: one episode.
+REOPEN_US = _DAY_US
+
+
+def _goes_on(previous: Drop, drop: Drop, bucket_us: I64) -> bool:
+    if previous.recovered_at is None or previous.recovered_at > drop.at:
+        return True
+    return int(bucket_us[drop.at] - bucket_us[previous.recovered_at]) < REOPEN_US

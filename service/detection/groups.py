@@ -26,6 +26,7 @@ its first request.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -131,21 +132,25 @@ def fell_against_rest(group: Series, rest: Series, drop: Drop, rule: DropRule) -
     weighted by the group's tokens) falls across the drop by the rule's amounts and by
     `rule.z_score` standard errors of both sides' counts. A group that moves with its
     service (a quiet evening, a lull of the whole model) has a flat residual, however
-    far it fell; a group whose service rose around it did not fall."""
+    far it fell; a group whose service rose around it did not fall. Each side needs
+    `rule.min_buckets` buckets where the rest has traffic: a sparse tenant's evening
+    with nobody else about says nothing of the service."""
     residual, has_rest = _residual(group, rest)
 
-    def side(start: int, end: int) -> tuple[float, float, float]:
+    def side(start: int, end: int) -> tuple[float, float, float] | None:
         keep = np.arange(start, end)[has_rest[start:end]]
         w = group.weight[keep]
-        if not len(keep) or w.sum() <= 0:
-            return 0.0, 0.0, 0.0
+        if len(keep) < rule.min_buckets or w.sum() <= 0:
+            return None
         level = float((residual[keep] * w).sum() / w.sum())
         own = float((group.hit_rate[keep] * w).sum() / w.sum())
         variance = _binomial(group, keep, own) + _binomial(rest, keep, own - level)
         return level, own, float((w * w * variance).sum() / w.sum() ** 2)
 
-    was, was_own, was_var = side(drop.before.start, drop.before.end)
-    now, now_own, now_var = side(drop.after.start, drop.after.end)
+    before, after = side(drop.before.start, drop.before.end), side(drop.after.start, drop.after.end)
+    if before is None or after is None:
+        return False  # too few buckets where the rest of the service has traffic to tell
+    (was, was_own, was_var), (now, now_own, now_var) = before, after
     fall = was - now + _EPSILON
     if fall < rule.min_abs or fall < rule.min_rel * was_own:
         return False
@@ -196,7 +201,12 @@ def group_drops(
     """Per group, its lasting drops (judged as a series of its own: seasons, lulls,
     counts) that fell against the rest of the service and that the service's own
     drops (`service_changes`) do not explain; only the groups that moved apart from
-    the rest of the service are searched."""
+    the rest of the service are searched.
+
+    A drop that starts while the group is still down from one the service explains
+    is that one going on, whatever its diagnosis: a tenant whose service broke at
+    noon, a few of its requests back up in the evening and down again at night (its
+    night's traffic one rewriting agent session) is still down from noon."""
     found: dict[K, list[Drop]] = {}
     for key, series in groups.items():
         if not len(series):
@@ -204,17 +214,69 @@ def group_drops(
         rest = rest_of(service, series)
         if not moved_apart(series, rest, rule):
             continue
-        drops = [
-            drop
-            for drop in find_drops(series, bucket_s, rule)
-            if fell_against_rest(series, rest, drop, rule)
-            and not explained_by_service(
-                change_us(series, drop), drop_cause(series, drop), service_changes, reach_us
+        drops = find_drops(series, bucket_s, rule)
+        by_service = [
+            d
+            for d in drops
+            if explained_by_service(
+                change_us(series, d), drop_cause(series, d), service_changes, reach_us
             )
         ]
-        if drops:
-            found[key] = drops
+        own = [
+            d
+            for d in drops
+            if d not in by_service
+            and not _down_from(by_service, d)
+            and fell_against_rest(series, rest, d, rule)
+        ]
+        if own:
+            found[key] = own
     return found
+
+
+def _down_from(earlier: list[Drop], drop: Drop) -> bool:
+    """Whether `drop` starts while the series is still down from one of `earlier`."""
+    return any(
+        e.at < drop.at and (e.recovered_at is None or drop.at < e.recovered_at) for e in earlier
+    )
+
+
+def explained_by_groups(
+    found: dict[K, tuple[Series, list[Drop]]], overlap: Callable[[K, K], bool]
+) -> dict[K, tuple[Series, list[Drop]]]:
+    """The groups' drops without those another group's explains: a deeper drop of the
+    same cause of a group that shares traffic with it (`overlap`: a tenant and a
+    scenario it sends), begun no later and still down. A tenant's break seen again
+    through its scenario once the evening leaves the tenant most of the scenario's
+    traffic is one change, one regression: the tenant's."""
+    changes = [
+        (key, change_us(series, d), _recovered_us(series, d), drop_cause(series, d), d.fall)
+        for key, (series, drops) in found.items()
+        for d in drops
+    ]
+    kept: dict[K, tuple[Series, list[Drop]]] = {}
+    for key, (series, drops) in found.items():
+        own = []
+        for d in drops:
+            at, cause = change_us(series, d), drop_cause(series, d)
+            explained = any(
+                other != key
+                and overlap(key, other)
+                and other_cause == cause
+                and fall > d.fall
+                and other_at <= at
+                and (until is None or at < until)
+                for other, other_at, until, other_cause, fall in changes
+            )
+            if not explained:
+                own.append(d)
+        if own:
+            kept[key] = (series, own)
+    return kept
+
+
+def _recovered_us(series: Series, drop: Drop) -> int | None:
+    return None if drop.recovered_at is None else int(series.bucket_us[drop.recovered_at])
 
 
 def _subset(series: Series, keep: npt.NDArray[np.bool_]) -> Series:

@@ -33,8 +33,10 @@ from service.lab.verdict import Window
 from service.server_process import free_port, start_server, stop_server
 
 BUCKET_S = 60
-#: A lab phase lasts minutes, not hours: the shortest drop it can report.
+#: A lab phase lasts minutes, not hours: the shortest drop it can report, and how
+#: long a recovery must hold (production: 30 minutes and 3 hours).
 MIN_DURATION_S = 3 * BUCKET_S
+RECOVERY_S = 3 * BUCKET_S
 
 
 @dataclass
@@ -95,6 +97,7 @@ def _cachewatch_env(db: Path) -> dict[str, str]:
         "CACHEWATCH_DETECT_BUCKET_S": str(BUCKET_S),
         "CACHEWATCH_DETECT_INTERVAL_S": str(BUCKET_S),
         "CACHEWATCH_DETECT_MIN_DURATION_S": str(MIN_DURATION_S),
+        "CACHEWATCH_DETECT_RECOVERY_S": str(RECOVERY_S),
         # loopback only: the dashboard's screenshot reads without a login
         "CACHEWATCH_PUBLIC_READ": "true",
     }

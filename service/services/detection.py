@@ -72,8 +72,10 @@ def _detect_series(
     drops = find_drops(series, settings.detect_bucket_s, rule)
     groups = group_detection.GroupFindings()
     if settings.detect_groups:
-        # Every lasting drop of the service, reported or not, explains its groups'.
-        changes = [service_change(series, d) for d in drops]
+        # Every lasting drop of the service, reported or not, explains its groups', and
+        # so does each of its episodes while it lasts (an erosion's drops recover
+        # between the day's peaks; the episode goes on).
+        changes = [service_change(series, d) for d in [*drops, *records.episodes(series, drops)]]
         groups = group_detection.find_groups(session, settings, key, since_us, (series, changes))
     drops = [
         d

@@ -14,6 +14,7 @@ from service.detection.groups import (
     Canary,
     ServiceChange,
     canaries,
+    explained_by_groups,
     group_drops,
     series_from_chart,
     without,
@@ -82,8 +83,9 @@ def find_groups(
     bucket_s = settings.detect_bucket_s
     reach = records.attribution_reach_us(settings)
     drops = group_drops(service[0], service[1], watched, rule, reach, bucket_s)
+    found = {group: (watched[group], group_found) for group, group_found in drops.items()}
     return GroupFindings(
-        drops={group: (watched[group], found) for group, found in drops.items()},
+        drops=explained_by_groups(found, lambda a, b: a.by != b.by),
         canaries=canaries(tags, rule, bucket_s * _US),
         tags=tags,
     )

@@ -25,11 +25,13 @@ _DIAGNOSIS_SPAN_US = 6 * 3600 * _US  # segment variants are read this far on eac
 
 
 def rule_of(settings: Settings) -> DropRule:
-    """The lasting-drop rule of the settings: the minimum duration in buckets."""
+    """The lasting-drop rule of the settings: its durations in buckets."""
+    bucket_s = settings.detect_bucket_s
     return DropRule(
         min_abs=settings.drop_min_abs,
         min_rel=settings.drop_min_rel,
-        min_buckets=max(1, math.ceil(settings.detect_min_duration_s / settings.detect_bucket_s)),
+        min_buckets=max(1, math.ceil(settings.detect_min_duration_s / bucket_s)),
+        recovery_buckets=max(1, math.ceil(settings.detect_recovery_s / bucket_s)),
     )
 
 
@@ -61,11 +63,8 @@ def record_drops(
     group: Group | None = None,
 ) -> list[tuple[Regression, bool]]:
     """The regressions of a series' drops, one per episode (`separate_episodes`: a
-    drop while the series is still down from one of the same cause is that one
-    going on), stored idempotently (`store`)."""
-
-    def same_episode(first: Drop, then: Drop) -> bool:
-        return drop_cause(series, first) == drop_cause(series, then)
+    drop while the series is still down from one of the same cause, or within a day
+    of its recovery, is that one going on), stored idempotently (`store`)."""
 
     return [
         store(
@@ -74,8 +73,18 @@ def record_drops(
             assess_drop(session, settings, key, series, drop, now_us, group),
             now_us,
         )
-        for drop in separate_episodes(drops, same_episode)
+        for drop in episodes(series, drops)
     ]
+
+
+def episodes(series: Series, drops: list[Drop]) -> list[Drop]:
+    """The series' drops one per episode: `separate_episodes` with drops of the same
+    cause as one episode."""
+
+    def same_episode(first: Drop, then: Drop) -> bool:
+        return drop_cause(series, first) == drop_cause(series, then)
+
+    return separate_episodes(drops, same_episode, series.bucket_us)
 
 
 def assess_drop(
@@ -102,7 +111,8 @@ def assess_drop(
     )
     first = int(series.bucket_us[drop.after.start])
     days = (int(series.bucket_us[drop.after.end - 1]) + bucket_us - first) / (86_400 * _US)
-    event, lag_s = attribute(session, settings, service, model, change_us)
+    quiet_from = int(series.bucket_us[drop.at - 1]) if drop.at > 0 else None
+    event, lag_s = attribute(session, settings, service, model, change_us, quiet_from)
     recovered_us = None if drop.recovered_at is None else int(series.bucket_us[drop.recovered_at])
     values = _values(
         before, after, variants, days, event, lag_s, recovered_us, now_us, _recovered(series, drop)
@@ -267,14 +277,24 @@ def _cost(before: Stretch, after: Stretch, days: float) -> RegressionCost | None
 
 
 def attribute(
-    session: Session, settings: Settings, service: str, model: str, change_us: int
+    session: Session,
+    settings: Settings,
+    service: str,
+    model: str,
+    change_us: int,
+    quiet_from_us: int | None = None,
 ) -> tuple[ChangeEvent | None, float]:
     """The event of the service (or its model) nearest the change, within
-    max(2 buckets, 15 min) either side; ties go to the earlier event."""
+    max(2 buckets, 15 min) either side; ties go to the earlier event.
+
+    A sparse series (a tenant sending a few requests an hour, a quiet night) shows a
+    change only at its first request after it: the change happened in the gap since
+    its previous bucket with traffic (`quiet_from_us`), so the window reaches back
+    over that gap too. A config event posted at 12:08 for a tenant whose next request
+    comes at 12:32 is that change's."""
     reach = attribution_reach_us(settings)
-    events = detection_repo.events_near(
-        session, service, model, change_us - reach, change_us + reach
-    )
+    since = change_us - reach if quiet_from_us is None else min(change_us - reach, quiet_from_us)
+    events = detection_repo.events_near(session, service, model, since, change_us + reach)
     if not events:
         return None, 0.0
     best = min(events, key=lambda e: (abs(e.ts_us - change_us), e.ts_us, e.id))

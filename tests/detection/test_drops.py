@@ -9,6 +9,8 @@ change every day (each judged against a normal the others do not make)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -96,6 +98,7 @@ def test_a_drop_lasting_thirty_minutes_is_reported_with_its_recovery() -> None:
     y = steps([(0.7, 50), (0.2, 6), (0.7, 44)])
     (drop,) = lasting_drops(flat(y), RULE)
     assert (drop.at, drop.after.start, drop.after.end, drop.recovered_at) == (50, 50, 56, 56)
+    assert RULE.recovery_buckets == 36  # 3 hours of 5-minute buckets
 
 
 @pytest.mark.parametrize("start", [50, 95], ids=["mid-series", "at the end"])
@@ -105,13 +108,33 @@ def test_a_drop_lasting_25_minutes_is_not_reported(start: int) -> None:
 
 
 def test_recovery_is_the_first_index_back_near_the_level_before() -> None:
-    (drop,) = lasting_drops(flat(steps([(0.7, 40), (0.3, 30), (0.69, 30)], seed=2)), RULE)
+    (drop,) = lasting_drops(flat(steps([(0.7, 40), (0.3, 30), (0.69, 40)], seed=2)), RULE)
     assert (drop.at, drop.recovered_at) == (40, 70)
+
+
+def test_a_recovery_holds_three_busy_hours() -> None:
+    """Back for 35 busy buckets (under 3 hours) is not over yet; a pass that sees the
+    36th calls it over, from where it came back."""
+    y = steps([(0.7, 40), (0.3, 30), (0.69, 35)], seed=2)
+    (drop,) = lasting_drops(flat(y), RULE)
+    assert drop.recovered_at is None
+    (drop,) = lasting_drops(flat(np.r_[y, 0.7]), RULE)
+    assert drop.recovered_at == 70
+
+
+def test_a_drop_that_comes_back_between_its_own_dips_is_one_open_drop() -> None:
+    """A KV budget thrashing at the peak: 40 minutes lost, 30 back, again and again.
+    Each dip is a drop of the same episode, none of them recovered."""
+    y = steps([(0.9, 60)] + [(0.45, 8), (0.9, 6)] * 8 + [(0.45, 8)], noise=0.005, seed=3)
+    drops = lasting_drops(flat(y), RULE)
+    assert drops and all(d.recovered_at is None for d in drops)
+    (episode,) = separate_episodes(drops, lambda a, b: True, TIMES)
+    assert episode.at == drops[0].at and episode.recovered_at is None
 
 
 def test_a_partial_recovery_is_no_recovery() -> None:
     # Back within max(5 points, fall / 4 = 10 points) of 70% counts; 55% does not.
-    (drop,) = lasting_drops(flat(steps([(0.7, 40), (0.3, 30), (0.55, 30)], seed=2)), RULE)
+    (drop,) = lasting_drops(flat(steps([(0.7, 40), (0.3, 30), (0.55, 40)], seed=2)), RULE)
     assert (drop.at, drop.recovered_at) == (40, None)
 
 
@@ -165,7 +188,8 @@ def test_callers_that_wait_for_answers_confirm_a_drop_their_slowdown_made_quiet(
     y = np.array([0.9] * 12 + [0.02] * 8 + [0.9] * 12)
     w = np.array([45_000.0] * 12 + [7_000.0] * 8 + [45_000.0] * 12)
     wait = np.array([110_000.0] * 12 + [112_000.0] * 8 + [110_000.0] * 12)
-    (drop,) = lasting_drops(flat(y, w, wait=wait, requests=w / 1500), RULE)
+    lab = DropRule(min_buckets=3, recovery_buckets=3)  # the lab's minutes
+    (drop,) = lasting_drops(flat(y, w, wait=wait, requests=w / 1500), lab)
     assert (drop.at, drop.recovered_at) == (12, 20)
 
 
@@ -219,7 +243,8 @@ def test_a_slow_erosion_is_one_drop_from_the_top_of_its_staircase() -> None:
     assert w.at(8) <= first.at <= w.at(9, 12)
     assert first.recovered_at is None and first.fall > 0.2
     # Every later drop is the same episode going on (the same cause, never recovered).
-    assert separate_episodes(drops, lambda a, b: True) == [first]
+    (episode,) = separate_episodes(drops, lambda a, b: True, w.series().bucket_us)
+    assert (episode.at, episode.recovered_at) == (first.at, None)
     # Reported within a day of passing the rule: 0.07 a day below a level of 0.80 is a
     # drop by the rule (20% of it: 16 points) after about 2.3 days, and a pass that
     # sees the data up to day 10 noon (2.5 days) finds it already.
@@ -231,8 +256,17 @@ def test_a_slow_erosion_is_one_drop_from_the_top_of_its_staircase() -> None:
         part.distinct_prefixes[:seen],
         part.replicas[:seen],
     )
-    (early,) = separate_episodes(find_drops(cut, BUCKET_S, RULE), lambda a, b: True)
+    (early,) = separate_episodes(find_drops(cut, BUCKET_S, RULE), lambda a, b: True, cut.bucket_us)
     assert w.at(8) <= early.at < seen
+
+
+def test_a_step_after_days_at_a_plateau_is_dated_at_the_step() -> None:
+    """A weekend night a few points above the three weekdays after it, then a release
+    on Wednesday: the drop is Wednesday's, not one from the weekend night (a plateau
+    of three days is no step of a staircase)."""
+    y = steps([(0.90, 100), (0.84, 950), (0.32, 40), (0.84, 40)], seed=4)
+    (drop,) = lasting_drops(flat(y), RULE)
+    assert abs(drop.at - 1050) <= 1 and drop.before.start == 100
 
 
 def test_a_week_with_a_change_every_day_judges_each_against_a_clean_normal() -> None:
@@ -248,7 +282,10 @@ def test_a_week_with_a_change_every_day_judges_each_against_a_clean_normal() -> 
     ] == [True] * 3
 
 
-def _drop(at: int, recovered_at: int | None) -> object:
+TIMES = np.arange(1000, dtype=np.int64) * BUCKET_S * 1_000_000
+
+
+def _drop(at: int, recovered_at: int | None) -> Any:
     from service.detection.changepoints import Drop
 
     return Drop(at, Segment(at - 10, at, 0.7, 10.0), Segment(at, at + 10, 0.4, 10.0), recovered_at)
@@ -256,22 +293,33 @@ def _drop(at: int, recovered_at: int | None) -> object:
 
 def test_a_drop_while_one_of_the_same_cause_is_still_down_is_the_same_episode() -> None:
     kv_cut, night = _drop(100, None), _drop(150, None)
-    assert separate_episodes([kv_cut, night], lambda a, b: True) == [kv_cut]
+    (episode,) = separate_episodes([kv_cut, night], lambda a, b: True, TIMES)
+    assert (episode.at, episode.after) == (kv_cut.at, night.after)
 
 
 def test_a_drop_of_another_cause_inside_an_open_one_is_its_own() -> None:
     eviction, prefix = _drop(100, None), _drop(150, None)
-    assert separate_episodes([eviction, prefix], lambda a, b: False) == [eviction, prefix]
+    assert separate_episodes([eviction, prefix], lambda a, b: False, TIMES) == [eviction, prefix]
 
 
-def test_a_drop_after_recovery_is_new_even_of_the_same_cause() -> None:
-    first, second = _drop(100, 140), _drop(150, None)
-    assert separate_episodes([first, second], lambda a, b: True) == [first, second]
+def test_a_drop_a_day_after_recovery_is_new_even_of_the_same_cause() -> None:
+    first, second = _drop(100, 140), _drop(140 + 288, None)
+    assert separate_episodes([first, second], lambda a, b: True, TIMES) == [first, second]
+
+
+def test_a_drop_of_the_same_cause_within_a_day_of_recovery_reopens_the_first() -> None:
+    """A working set that fits every evening and thrashes at the next day's peak:
+    one episode, as far down as its latest drop and open while that one is."""
+    first, second = _drop(100, 140), _drop(140 + 287, None)
+    (episode,) = separate_episodes([first, second], lambda a, b: True, TIMES)
+    assert (episode.at, episode.before) == (first.at, first.before)
+    assert (episode.after, episode.recovered_at) == (second.after, None)
 
 
 def test_episodes_are_taken_in_time_order() -> None:
     first, second = _drop(100, None), _drop(150, None)
-    assert separate_episodes([second, first], lambda a, b: True) == [first]
+    (episode,) = separate_episodes([second, first], lambda a, b: True, TIMES)
+    assert episode.at == first.at
 
 
 def test_days_are_days() -> None:

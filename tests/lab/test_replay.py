@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.api.app import create_app
 from service.lab import report
 from service.lab.phases import ASSISTANT, FANOUT
-from service.lab.run import BUCKET_S, MIN_DURATION_S
+from service.lab.run import BUCKET_S, MIN_DURATION_S, RECOVERY_S
 from service.lab.verdict import Window
 from service.settings import Settings
 
@@ -44,7 +44,11 @@ def recorded() -> dict[str, Any]:
 def lab_client(
     settings: Settings, session_factory: sessionmaker[Session], make_token: Any
 ) -> Iterator[TestClient]:
-    lab = {"detect_bucket_s": BUCKET_S, "detect_min_duration_s": MIN_DURATION_S}
+    lab = {
+        "detect_bucket_s": BUCKET_S,
+        "detect_min_duration_s": MIN_DURATION_S,
+        "detect_recovery_s": RECOVERY_S,
+    }
     app: FastAPI = create_app(settings.model_copy(update=lab))
     app.state.sessionmaker = session_factory
     with TestClient(app, raise_server_exceptions=False) as client:
