@@ -46,6 +46,10 @@ class Diagnosis:
     evidence: list[str]
 
 
+#: The cause of a drop the figures do not explain: two of them are not one cause.
+UNKNOWN = "unknown"
+
+
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:.0f}%"
 
@@ -70,8 +74,8 @@ def cause_of(before: Stretch, after: Stretch) -> str:
             return "history_rewrite" if rewrites_rose and openers_kept else "prefix_instability"
     if sum(after.rewarm_tokens.values()) > 0:
         top = max(after.rewarm_tokens, key=lambda c: after.rewarm_tokens[c])
-        return REWARM_CAUSE_NAMES.get(top, "unknown")
-    return "unknown"
+        return REWARM_CAUSE_NAMES.get(top, UNKNOWN)
+    return UNKNOWN
 
 
 def drop_cause(series: Series, drop: Drop) -> str:

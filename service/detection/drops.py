@@ -163,13 +163,14 @@ def _drop_at(
     parts: list[Segment], i: int, judge: _Judge, deepest: Segment | None = None
 ) -> Drop | None:
     """The drop into segment `i` (judged on `deepest`, a part of it, when given): from
-    the top of the staircase it ends when there is one (a slow erosion dates from its
-    onset), else from the segment before."""
+    the segment before when that step is a drop by itself (a change of its own, even
+    a day after another one), else from the top of the staircase it ends, when there
+    is one (a slow erosion, none of whose steps is a drop, dates from its onset)."""
     target = deepest or parts[i]
     top = _staircase_top(parts, i, judge, target)
-    tops = [top] if top < i - 1 else []
-    if deepest is None:
-        tops.append(i - 1)
+    tops = [i - 1] if deepest is None else []
+    if top < i - 1:
+        tops.append(top)
     for b in tops:
         judged = judge.fall(parts[b], target)
         if judged is not None:

@@ -36,7 +36,7 @@ import polars as pl
 
 from service.analytics.definitions import SUM_COLUMNS, USD_COLUMNS
 from service.detection.changepoints import Drop, DropRule, WeightedMeanCost, noise_sigma
-from service.detection.diagnosis import drop_cause
+from service.detection.diagnosis import UNKNOWN, drop_cause
 from service.detection.drops import find_drops
 from service.detection.series import Series, Stretch, stretch
 
@@ -87,7 +87,8 @@ def explained_by_service(
     regression): the two changes are within max(`reach_us`, SAME_CHANGE_US) of each
     other (a sparse group's change point is less precise than its service's, hence
     the hour), or the group fell while its service was down from a change of the same
-    cause (a slow erosion of the whole service reaches each customer on its own day).
+    known cause (a slow erosion of the whole service reaches each customer on its own
+    day; two drops the figures do not explain are not one cause).
     A group that falls for another cause while its service is down is its own."""
     near = max(reach_us, SAME_CHANGE_US)
     for change in changes:
@@ -96,7 +97,7 @@ def explained_by_service(
         during = change.at_us <= group_us and (
             change.until_us is None or group_us < change.until_us
         )
-        if during and change.cause == group_cause:
+        if during and change.cause == group_cause != UNKNOWN:
             return True
     return False
 
@@ -203,10 +204,11 @@ def group_drops(
     drops (`service_changes`) do not explain; only the groups that moved apart from
     the rest of the service are searched.
 
-    A drop that starts while the group is still down from one the service explains
-    is that one going on, whatever its diagnosis: a tenant whose service broke at
-    noon, a few of its requests back up in the evening and down again at night (its
-    night's traffic one rewriting agent session) is still down from noon."""
+    A drop that starts while the group is still down from one the service explains,
+    from a brief rise, is that one going on, whatever its diagnosis: a tenant whose
+    service broke at noon, a few of its requests back up in the evening and down
+    again at night (its night's traffic one rewriting agent session), is still down
+    from noon. A group that broke again from a level it held is its own."""
     found: dict[K, list[Drop]] = {}
     for key, series in groups.items():
         if not len(series):
@@ -226,7 +228,7 @@ def group_drops(
             d
             for d in drops
             if d not in by_service
-            and not _down_from(by_service, d)
+            and not _down_from(by_service, d, rule)
             and fell_against_rest(series, rest, d, rule)
         ]
         if own:
@@ -234,8 +236,12 @@ def group_drops(
     return found
 
 
-def _down_from(earlier: list[Drop], drop: Drop) -> bool:
-    """Whether `drop` starts while the series is still down from one of `earlier`."""
+def _down_from(earlier: list[Drop], drop: Drop, rule: DropRule) -> bool:
+    """Whether `drop` starts while the series is still down from one of `earlier`,
+    from a side before too short to be a level of its own (fewer buckets than a
+    recovery holds): a brief rise inside that drop, not a new normal it broke."""
+    if drop.before.end - drop.before.start >= rule.recovery_buckets:
+        return False
     return any(
         e.at < drop.at and (e.recovered_at is None or drop.at < e.recovered_at) for e in earlier
     )

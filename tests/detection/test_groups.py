@@ -95,6 +95,17 @@ def test_a_group_still_down_from_its_services_change_has_no_drop_of_its_own() ->
     assert [d.at for d in alone["g"]] == [148]
 
 
+def test_a_group_that_breaks_again_from_a_level_it_held_is_its_own() -> None:
+    """Down with its service since 100, the group held 0.2 for 4 hours (48 buckets,
+    more than a recovery holds), then broke on its own: its own regression."""
+    group = series([0.8] * 100 + [0.2] * 48 + [0.0] * 52, [20_000.0] * 200)
+    rest = series([0.7] * 100 + [0.3] * 100, [200_000.0] * 200)
+    service = _with_rest(group, rest)
+    changes = [ServiceChange(int(service.bucket_us[100]), None, "prefix_instability")]
+    found = group_drops(service, changes, {"g": group}, RULE, 900 * 1_000_000, 300)
+    assert [d.at for d in found["g"]] == [148]
+
+
 def test_a_groups_drop_a_deeper_one_of_an_overlapping_group_explains_is_not_its_own() -> None:
     """A tenant broke at 100 (to 0.0); its scenario fell at 120 (to 0.3), once the
     evening left the tenant most of it: the tenant's regression, not the scenario's.
