@@ -13,8 +13,16 @@
    groups that moved apart, the service's explanation), same run. Goal: at most 3
    times as long; it prints the groups searched and the unexplained drops found
    against those planted.
+4. The seasonal world (`--world`, `service.simulate.world`): two weeks of eight
+   services on five models with seasons, tenants, scenarios, noisy cached_tokens,
+   daily decoy deploys and seeded real regressions, replayed as a log shipper and
+   cron would feed it (`service.simulate.replay`: chunks of `--chunk-hours` of data
+   time with late records and a retried batch, one detection pass after each) and
+   scored over every stored regression. Goal: precision >= 0.9 and recall 1.00
+   summed over at least 5 seeds.
 
     .venv/bin/python bench/detection.py --seeds 20 [--jobs 2] [--speed-only]
+    .venv/bin/python bench/detection.py --world [--world-seeds 5] [--jobs 2] [--chunk-hours 48]
 """
 
 from __future__ import annotations
@@ -95,7 +103,8 @@ def quality(seeds: int, jobs: int, first: int = 0) -> None:
 
 
 def speed() -> None:
-    from service.detection.changepoints import DropRule, lasting_drops
+    from service.detection.changepoints import DropRule
+    from service.detection.drops import find_drops
 
     rng = np.random.default_rng(0)
     n = 30 * 288
@@ -106,14 +115,18 @@ def speed() -> None:
         y = np.clip(0.7 + rng.normal(0, 0.03 / np.sqrt(w / 1e5)), 0, 1)
         at = int(rng.integers(1000, n - 1000))
         y[at:] -= rng.uniform(0.0, 0.4)
-        series.append((y, w))
+        series.append(_series(y, w, BUCKET_US))
     started = time.perf_counter()
-    found = sum(len(lasting_drops(y, w, DropRule())) for y, w in series)
+    found = sum(len(find_drops(one, BUCKET_S, DropRule())) for one in series)
     seconds = time.perf_counter() - started
     print(
         f"change points: 100 series x 30 days of 5-minute buckets ({n} each): {seconds:.2f} s "
         f"({found} drops found; goal <= 10 s)"
     )
+
+
+BUCKET_S = 300
+BUCKET_US = BUCKET_S * 1_000_000
 
 
 def _series(y: np.ndarray, w: np.ndarray, bucket_us: int) -> Any:
@@ -133,11 +146,13 @@ SCENARIO_SHARES = [0.3, 0.2, 0.1, 0.1, 0.1, 0.05, 0.05, 0.04, 0.03, 0.03]
 
 
 def groups_speed(services: int = 100) -> None:
-    from service.detection.changepoints import DropRule, lasting_drops
-    from service.detection.groups import change_us, group_drops
+    from service.detection.changepoints import DropRule
+    from service.detection.drops import find_drops
+    from service.detection.groups import group_drops
+    from service.services.detection import service_change
 
     rng = np.random.default_rng(1)
-    n, bucket_us = 30 * 288, 300 * 1_000_000
+    n = 30 * 288
     t = np.arange(n)
     day = np.where((t % 288) < 80, 0.08, 1.0)
     built = []
@@ -148,7 +163,7 @@ def groups_speed(services: int = 100) -> None:
         def noisy(share: float, lv: np.ndarray = level) -> Any:
             w = day * rng.uniform(0.7, 1.3, n) * 1e5 * share
             y = np.clip(lv + rng.normal(0, 0.03 / np.sqrt(w / 1e5)), 0, 1)
-            return _series(y, w, bucket_us)
+            return _series(y, w, BUCKET_US)
 
         shares = SCENARIO_SHARES + list(np.geomspace(0.05, 0.002, 20))
         groups = {i: noisy(share) for i, share in enumerate(shares)}
@@ -160,15 +175,13 @@ def groups_speed(services: int = 100) -> None:
     rule = DropRule()
     started = time.perf_counter()
     for service, _ in built:
-        lasting_drops(service.hit_rate, service.weight, rule)
+        find_drops(service, BUCKET_S, rule)
     alone = time.perf_counter() - started
     started, found = time.perf_counter(), 0
     for service, groups in built:
-        drops = lasting_drops(service.hit_rate, service.weight, rule)
-        spans = [change_us(service, d) for d in drops]
-        found += sum(
-            len(v) for v in group_drops(service, spans, groups, rule, 3 * bucket_us).values()
-        )
+        changes = [service_change(service, d) for d in find_drops(service, BUCKET_S, rule)]
+        drops = group_drops(service, changes, groups, rule, 3 * BUCKET_US, BUCKET_S)
+        found += sum(len(v) for v in drops.values())
     with_groups = time.perf_counter() - started
     print(
         f"groups: the series alone with ruptures' own Binseg (the search before issue 19): "
@@ -187,16 +200,67 @@ def _with_plain_binseg(built: list[Any], rule: Any) -> float:
     import ruptures as rpt
 
     from service.detection import changepoints
+    from service.detection.drops import find_drops
 
     vector = changepoints.VectorBinseg
     changepoints.VectorBinseg = rpt.Binseg  # type: ignore[misc]
     try:
         started = time.perf_counter()
         for service, _ in built:
-            changepoints.lasting_drops(service.hit_rate, service.weight, rule)
+            find_drops(service, BUCKET_S, rule)
         return time.perf_counter() - started
     finally:
         changepoints.VectorBinseg = vector  # type: ignore[misc]
+
+
+def _world_seed(job: tuple[int, float, float, float]) -> Any:
+    from service.simulate.replay import ReplayConfig, replay_world
+
+    seed, chunk_hours, days, scale = job
+    return replay_world(seed, ReplayConfig(days=days, scale=scale, chunk_hours=chunk_hours))
+
+
+def _print_world_seed(result: Any) -> None:
+    s, t = result.score, result.timings
+    print(
+        f"world seed {result.seed}: {result.records:,} records ({result.duplicates_sent:,} "
+        f"duplicates resent), {result.passes} passes; simulate {t.simulate_s:.0f} s, ingest "
+        f"{t.ingest_s:.0f} s, analytics {t.analytics_s:.0f} s, detect {t.detect_s:.1f} s\n"
+        f"  found {s.found} expected {s.expected} matched {s.matched} "
+        f"(duplicates {s.duplicates}, late {s.late}): precision {s.precision:.3f} "
+        f"recall {s.recall:.3f} attribution {s.share('attributed'):.3f} "
+        f"cause {s.share('caused'):.3f} group {s.share('grouped'):.3f}",
+        flush=True,
+    )
+    for title, lines in (
+        ("missed", s.misses),
+        ("extra", s.extras),
+        ("wrong", s.wrong),
+        ("reported", result.lags),
+    ):
+        for line in lines:
+            print(f"    {title}: {line}", flush=True)
+
+
+def world(seeds: int, jobs: int, first: int, chunk_hours: float, days: float, scale: float) -> None:
+    from service.simulate.scoring import Score
+
+    total = Score()
+    detect_s = 0.0
+    runs = [(seed, chunk_hours, days, scale) for seed in range(first, first + seeds)]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for result in pool.map(_world_seed, runs):  # in seed order, as they finish
+            _print_world_seed(result)
+            total.add(result.score)
+            detect_s += result.timings.detect_s
+    print(
+        f"\nworld, {seeds} seeds: found {total.found} expected {total.expected} matched "
+        f"{total.matched} (duplicates {total.duplicates}, late {total.late})  precision "
+        f"{total.precision:.3f}  recall {total.recall:.3f}  attribution "
+        f"{total.share('attributed'):.3f}  cause {total.share('caused'):.3f}  group "
+        f"{total.share('grouped'):.3f}  detect {detect_s:.0f} s in all  "
+        "(goal: precision >= 0.9, recall 1.00)"
+    )
 
 
 def main() -> None:
@@ -205,7 +269,22 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--first", type=int, default=0, help="the first seed (to split a run)")
     parser.add_argument("--speed-only", action="store_true")
+    parser.add_argument("--world", action="store_true", help="only the seasonal world (4.)")
+    parser.add_argument("--world-seeds", type=int, default=5)
+    parser.add_argument("--chunk-hours", type=float, default=48.0)
+    parser.add_argument("--world-days", type=float, default=14.0)
+    parser.add_argument("--world-scale", type=float, default=1.0, help="traffic multiplier")
     args = parser.parse_args()
+    if args.world:
+        world(
+            args.world_seeds,
+            args.jobs,
+            args.first,
+            args.chunk_hours,
+            args.world_days,
+            args.world_scale,
+        )
+        return
     speed()
     groups_speed()
     if not args.speed_only:

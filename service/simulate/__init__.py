@@ -7,6 +7,9 @@ change events.
     week = detection_week(seed=3)
     result = simulate(week.scenario)      # result.records, result.events
     week.regressions                      # what a detector should find
+
+    world = seasonal_world(seed=3)        # two weeks, eight services, seasons
+    world.expected                        # its real regressions (ground truth)
 """
 
 from service.simulate.builders import (
@@ -31,6 +34,7 @@ from service.simulate.output import (
 )
 from service.simulate.scenario import (
     Action,
+    AgentSession,
     AppendOnlyHistory,
     CacheTtl,
     CanonicalTools,
@@ -55,10 +59,13 @@ from service.simulate.scenario import (
     Tenants,
     TrafficMultiplier,
 )
+from service.simulate.world import Benign, World, seasonal_world
 
 __all__ = [
     "Action",
+    "AgentSession",
     "AppendOnlyHistory",
+    "Benign",
     "CacheTtl",
     "CanonicalTools",
     "Change",
@@ -90,6 +97,7 @@ __all__ = [
     "StaticSystemPrefix",
     "Tenants",
     "TrafficMultiplier",
+    "World",
     "corporate_assistant_week",
     "detection_week",
     "iter_mooncake",
@@ -98,6 +106,7 @@ __all__ = [
     "post_records",
     "read_mooncake",
     "scenario_events",
+    "seasonal_world",
     "simulate",
     "token_counts",
     "ttl_release_story",

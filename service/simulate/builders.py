@@ -38,7 +38,18 @@ from service.simulate.scenario import (
 from service.simulate.timefmt import TsFormatter
 
 PrefixProblem = Literal["dynamic_system_prefix", "shuffled_tools", "history_rewrite"]
-Cause = Literal["prefix_instability", "history_rewrite", "routing", "eviction", "cold_fanout"]
+Cause = Literal[
+    "prefix_instability",
+    "history_rewrite",
+    "routing",
+    "eviction",
+    "expiry",
+    "below_minimum",
+    "cold_fanout",
+    "unknown",
+]
+#: A regression's `group` (contract section 5): (by, value); None is the whole service.
+Group = tuple[str, str]
 Effect = Literal["regression", "none", "recovery"]
 PROBLEMS = ("noop_deploy", "prefix", "scale", "kv_budget", "fanout", "traffic")
 
@@ -169,8 +180,17 @@ class ExpectedChange:
     `effect`: "regression" (a lasting hit-rate drop), "recovery" (a fix: the
     rate comes back) or "none". For a regression, `kind`/`deploy`/`replicas`
     describe the event it should be attributed to (`replicas` events are
-    inferred from the records, the others are posted) and `cause` the
+    inferred from the records, the others are posted; kind None: no event, so
+    only a regression attributed to none is attributed right) and `cause` the
     contract's cause; `until_s` is when it is fixed (None: never).
+
+    `group`: the regression's group (None: the whole service); with
+    `service_level_ok` a report of the whole service is as good (a canary whose
+    release then reaches all the traffic). A found `change_ts` matches from
+    `window_before_s` before `ts` to `window_after_s` after it (a staged
+    rollout's, or a slow erosion's, change shows up anywhere in a longer span).
+    `report_by_s`: when set, the regression must be first reported by then
+    (seconds since the scenario's start; None: no deadline is checked).
     """
 
     service: str
@@ -185,6 +205,11 @@ class ExpectedChange:
     until_s: float | None
     until_ts: str | None
     description: str
+    group: Group | None = None
+    service_level_ok: bool = False
+    window_before_s: float = 1800.0
+    window_after_s: float = 1800.0
+    report_by_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -21,6 +21,7 @@ from service.simulate.events import scenario_events
 from service.simulate.mooncake import MOONCAKE_BLOCK_SIZE, iter_mooncake
 from service.simulate.output import post_events, post_records, write_events, write_ndjson
 from service.simulate.scenario import DEFAULT_START, RoutingPolicy, Scenario
+from service.simulate.world import seasonal_world
 
 app = typer.Typer(
     help="Simulate LLM traffic through replica KV caches and emit usage records.",
@@ -31,6 +32,7 @@ app = typer.Typer(
 class ScenarioChoice(StrEnum):
     corporate_assistant = "corporate-assistant"
     detection_week = "detection-week"
+    seasonal_world = "seasonal-world"
 
 
 class PrefixProblemChoice(StrEnum):
@@ -143,7 +145,9 @@ def run(
         ScenarioChoice, typer.Option("--scenario", help="Which ready-made scenario.")
     ] = ScenarioChoice.detection_week,
     seed: Annotated[int, typer.Option(help="Seed: same seed, same bytes.")] = 0,
-    days: Annotated[float, typer.Option(min=0.01, help="Simulated days.")] = 7.0,
+    days: Annotated[
+        float, typer.Option(min=0.01, help="Simulated days (seasonal-world: use 14).")
+    ] = 7.0,
     peak_rate: Annotated[
         float | None, typer.Option(help="User turns per second at the daily peak.")
     ] = None,
@@ -163,7 +167,9 @@ def run(
     ] = None,
     expected_out: Annotated[
         Path | None,
-        typer.Option(help="detection-week: write the expected regressions here (JSON)."),
+        typer.Option(
+            help="detection-week, seasonal-world: write the expected regressions here (JSON)."
+        ),
     ] = None,
 ) -> None:
     """Run a ready-made scenario."""
@@ -176,6 +182,10 @@ def run(
             built = replace(
                 built, services=tuple(replace(s, peak_rate=peak_rate) for s in built.services)
             )
+    elif scenario is ScenarioChoice.seasonal_world:
+        world = seasonal_world(seed, days=days, start=begin)
+        built = world.scenario
+        expected = [c.to_dict() for c in world.expected]
     else:
         week = detection_week(
             seed,
@@ -193,7 +203,9 @@ def run(
         write_events(events, events_out)
     if expected_out is not None:
         if expected is None:
-            raise typer.BadParameter("--expected-out is for --scenario detection-week")
+            raise typer.BadParameter(
+                "--expected-out is for --scenario detection-week or seasonal-world"
+            )
         expected_out.write_bytes(orjson.dumps(expected, option=orjson.OPT_INDENT_2) + b"\n")
     _emit(iter_records(built), events, out, post, token, batch_size)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -19,16 +19,19 @@ import numpy as np
 from service.analytics.definitions import ratios
 from service.ingest.records import UsageRecordIn
 from service.simulate.cache import ReplicaCache, key_hash
-from service.simulate.managed import PromptCache, anthropic_usage
+from service.simulate.managed import PromptCache, Served, anthropic_usage, split_prompt
 from service.simulate.prompt import EMPTY, Hashed, Piece, hash_prompt, mix64
 from service.simulate.releases import PromptMode, Release, check_rollouts
 from service.simulate.scenario import (
     CACHE_TTL_S,
     PROMPT_ACTIONS,
+    AgentSession,
     CacheTtl,
     Change,
     Fanout,
+    HistoryRewrite,
     KvBudget,
+    PromptStructure,
     Routing,
     ScaleReplicas,
     Scenario,
@@ -86,6 +89,8 @@ class _Session:
     last_turn_start: int = 0  # index in `history` of the last exchange's first piece
     rendering: int = 0  # which of the service's renderings its prompts take
     tenant: str | None = None
+    prompt: PromptStructure | None = None  # lengths of its own (an AgentSession's)
+    rewrite: HistoryRewrite | None = None  # summarizes its history whatever the release
 
 
 class Engine:
@@ -107,6 +112,7 @@ class Engine:
         self.prompt_caches = _prompt_caches(scenario)
         self._uid_salt = mix64(self.seed ^ 0x5EED)
         self._uid_counter = 0
+        self._agents = 0
         self._seq = 0
         self._requests = 0
         self._sessions = 0
@@ -211,7 +217,7 @@ class Engine:
         fanned-out calls and the next turn start when this one ends)."""
         release = state.releases.pick()
         hashed, segments, query = self._turn_prompt(state, session, t, release)
-        completion = sample_length(state.normals, state.prompt_of(session.rendering).reply)
+        completion = sample_length(state.normals, _prompt(state, session).reply)
         record, latency_s = self._serve(
             state, t, hashed, session.key, completion, segments, release.tag
         )
@@ -233,12 +239,12 @@ class Engine:
         new query) as the release serving it builds it, hashed from the session's
         previous prompt when there is one (the shared start is not hashed again),
         its listed segments, and the query."""
-        mode = release.modes[session.rendering]
+        mode = state.mode_of(release, session.rendering, session.tenant)
         static_pieces, static_segments, base = state.static(
             self.start_epoch + t, session.user, session.rendering, mode
         )
         user_pieces, user_segments = state.user_context(session.user, session.rendering)
-        prompt = state.prompt_of(session.rendering)
+        prompt = _prompt(state, session)
         query: Piece = (self._uid(), sample_length(state.normals, prompt.query))
         history, history_segments = self._prompt_history(session, mode)
         if session.last is not EMPTY:
@@ -262,10 +268,11 @@ class Engine:
         (append-only), or under HistoryRewrite, once there is an earlier exchange,
         a fresh summary of all but the last exchange followed by that exchange."""
         last_turn = session.last_turn_start
-        if mode.rewrite is None or last_turn <= 0:
+        rewrite = mode.rewrite or session.rewrite
+        if rewrite is None or last_turn <= 0:
             return session.history, session.history_segments
         earlier = sum(tokens for _, tokens in session.history[:last_turn])
-        summary: Piece = (self._uid(), max(1, round(mode.rewrite.summary_ratio * earlier)))
+        summary: Piece = (self._uid(), max(1, round(rewrite.summary_ratio * earlier)))
         history = [summary, *session.history[last_turn:]]
         return history, [message(f"message[{i}]", pc) for i, pc in enumerate(history)]
 
@@ -275,7 +282,7 @@ class Engine:
         """The session's history grows by this turn's query, its tool result (when
         the prompt structure has one) and the reply; the first messages, up to the
         service's `max_message_segments`, are also kept as segments."""
-        tool_result = state.prompt_of(session.rendering).tool_result
+        tool_result = _prompt(state, session).tool_result
         added = [query]
         if tool_result is not None:
             added.append((self._uid(), sample_length(state.normals, tool_result)))
@@ -303,17 +310,17 @@ class Engine:
     def _schedule_next_turn(self, state: ServiceState, session: _Session, end: float) -> None:
         """A session with turns left comes back after a think time."""
         if session.turns_left > 0:
-            think = sample_length(state.normals, state.prompt_of(session.rendering).think_time_s)
+            think = sample_length(state.normals, _prompt(state, session).think_time_s)
             self._push(end + think, _TURN, (state, session))
 
     def _call(self, state: ServiceState, session: _Session, task: list[Any], t: float) -> Record:
         """One of the K parallel calls of a fanned-out task (no session history).
         `task` is [context piece, hashed start shared by the K calls or None]."""
         fan = state.fanout
-        reply_dist = fan.reply if fan is not None else state.prompt_of(session.rendering).reply
+        reply_dist = fan.reply if fan is not None else _prompt(state, session).reply
         call_tokens = fan.call_tokens if fan is not None else 60
         release = state.releases.pick()
-        mode = release.modes[session.rendering]
+        mode = state.mode_of(release, session.rendering, session.tenant)
         static_pieces, static_segments, base = state.static(
             self.start_epoch + t, session.user, session.rendering, mode
         )
@@ -357,7 +364,7 @@ class Engine:
             return self._serve_managed(state, t, hashed, completion, segments, tag)
         hashes = hashed.hashes
         replica: ReplicaCache = state.pool.route(hashes, key, t)
-        run = replica.hit(hashes, t)
+        run = state.short_read(replica.hit(hashes, t))
         prompt = hashed.tokens
         cached = min(prompt, run * state.block_size)
         ttft = self._ttft(state, prompt, cached)
@@ -391,7 +398,7 @@ class Engine:
         assert managed is not None and state.ttl is not None
         cache = self.prompt_caches[(managed.name, state.spec.model)]
         hashes = hashed.hashes
-        served = cache.read(hashes, hashed.tokens, state.block_size, t)
+        served = _short_read(state, cache, cache.read(hashes, hashed.tokens, state.block_size, t))
         ttft = self._ttft(state, hashed.tokens, served.read)
         ttl_s = CACHE_TTL_S[state.ttl]
         cache.write(hashes, served, state.block_size, t, t + ttft / 1000.0, ttl_s)
@@ -440,11 +447,45 @@ class Engine:
             record["block_hashes"] = emitted
         record["segments"] = segments
 
+    def _agent_session(self, state: ServiceState, agent: AgentSession) -> _Session:
+        """The session an AgentSession starts: on the service's first rendering, a
+        user of its own, the agent's turns, lengths and history rewrite. Takes no
+        draw from the service's streams."""
+        self._agents += 1
+        sid = f"{self.run_id}-{state.name}-agent{self._agents}"
+        user = state.spec.users + self._agents
+        key_str = {"session": sid, "user": f"{state.name}-u{user}"}.get(state.spec.cache_key or "")
+        own = replace(
+            state.prompt_of(0),
+            query=agent.query,
+            tool_result=agent.tool_result,
+            reply=agent.reply,
+            think_time_s=agent.think_time_s,
+        )
+        return _Session(
+            sid,
+            user,
+            None if key_str is None else key_hash(key_str),
+            key_str,
+            agent.turns,
+            [],
+            [],
+            EMPTY,
+            tenant=agent.tenant,
+            prompt=own,
+            rewrite=agent.rewrite,
+        )
+
     # -- timeline ------------------------------------------------------------
 
     def _apply(self, change: Change) -> None:
         state = self.by_name[change.service]
         action = change.action
+        if change.tenant is not None:
+            named = change.scenario
+            index = None if named is None else state.spec.scenario_index(named)
+            state.tenant_actions.setdefault(change.tenant, []).append((action, index))
+            return
         if change.deploy is not None or isinstance(action, PROMPT_ACTIONS):
             named = change.scenario
             index = None if named is None else state.spec.scenario_index(named)
@@ -462,6 +503,8 @@ class Engine:
                 state.fanout = action if action.k > 1 and action.share > 0 else None
             case CacheTtl():
                 state.ttl = action.ttl
+            case AgentSession():
+                self._push(change.at_s, _TURN, (state, self._agent_session(state, action)))
             case _:
                 pass  # a prompt action (applied above), or traffic (applied up front)
 
@@ -477,6 +520,23 @@ def _turns_per_session(spec: Service) -> float:
     return sum(
         r.share / total * max((r.prompt or spec.prompt).turns_mean, 1.0) for r in spec.renderings
     )
+
+
+def _short_read(state: ServiceState, cache: PromptCache, served: Served) -> Served:
+    """A managed read as served, or (read_miss_rate) a shorter one: the provider read
+    fewer leading blocks and the request writes the rest."""
+    if not served.read or state.spec.read_miss_rate <= 0.0:
+        return served
+    run = -(-served.read // state.block_size)
+    short = state.short_read(run)
+    if short >= run:
+        return served
+    return split_prompt(served.prompt_tokens, short, state.block_size, cache.min_prompt_tokens)
+
+
+def _prompt(state: ServiceState, session: _Session) -> PromptStructure:
+    """The lengths of a session's turns: its own (an agent's), else its rendering's."""
+    return session.prompt if session.prompt is not None else state.prompt_of(session.rendering)
 
 
 def _tag_groups(state: ServiceState, session: _Session, record: Record) -> None:
@@ -496,6 +556,8 @@ def _check_change(change: Change, services: dict[str, ServiceState]) -> None:
         raise ValueError(f"timeline names unknown service {change.service!r}")
     if change.scenario is not None:
         state.spec.scenario_index(change.scenario)
+    if change.tenant is not None and not state.spec.has_tenant(change.tenant):
+        raise ValueError(f"service {change.service!r} has no tenant {change.tenant!r}")
     managed = state.spec.managed is not None
     if managed and isinstance(change.action, _REPLICA_ACTIONS):
         raise ValueError(f"{change.service!r} is served by a managed API: it has no replicas")

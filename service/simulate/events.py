@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from service.simulate.scenario import (
+    AgentSession,
     AppendOnlyHistory,
     CacheTtl,
     CanonicalTools,
@@ -36,6 +37,8 @@ def describe(change: Change, kv: int | None, routing: str, replicas: int) -> str
     text = _describe_action(change, kv, routing, replicas)
     if change.scenario is not None:
         text = f"scenario {change.scenario}: {text}"
+    if change.tenant is not None:
+        text = f"tenant {change.tenant}: {text}"
     if change.share is not None and change.share < 1.0:
         text += " (rolled back)" if change.share <= 0.0 else f" ({change.share:.0%} of requests)"
     return text
@@ -78,6 +81,9 @@ def _describe_action(change: Change, kv: int | None, routing: str, replicas: int
             return f"traffic x{action.factor:g}"
         case CacheTtl():
             return f"callers ask for a {action.ttl} cache TTL"
+        case AgentSession():
+            rewrite = ", summarizing its history every turn" if action.rewrite else ""
+            return f"one agent session of {action.turns} turns{rewrite}"
     return type(action).__name__
 
 
@@ -118,7 +124,8 @@ def scenario_events(scenario: Scenario) -> list[ChangeEvent]:
     requests; a rollback posts none), `config` for routing, KV-budget and cache TTL
     changes, `replicas` or `note` only when a change asks for posting explicitly. A
     release's description names only the release (as a deploy tool would) and how
-    far it goes, not what it broke; config events say what changed."""
+    far it goes, not what it broke; config events say what changed (a tenant's own
+    prompt change, posted, is a `config` event too)."""
     fmt = TsFormatter(scenario.start)
     models = {s.name: s.model for s in scenario.services}
     canaries: dict[str, str | None] = {}
@@ -144,7 +151,9 @@ def scenario_events(scenario: Scenario) -> list[ChangeEvent]:
         else:
             if isinstance(action, ScaleReplicas):
                 kind = "replicas"
-            elif isinstance(action, Routing | KvBudget | Fanout | CacheTtl):
+            elif change.tenant is not None or isinstance(
+                action, Routing | KvBudget | Fanout | CacheTtl
+            ):
                 kind = "config"
             else:
                 kind = "note"

@@ -188,7 +188,12 @@ class Service:
     `renderings`: the scenarios of its traffic, each a rendering of its prompt or a
     prompt of its own (see `Rendering`); its records then carry `scenario`, and the
     segments of their static start a `norm_hash`. None: one rendering, no `scenario`.
-    `tenants`: whom its sessions serve (see `Tenants`); None: no `tenant`."""
+    `tenants`: whom its sessions serve (see `Tenants`); None: no `tenant`.
+
+    `read_miss_rate`: the probability that a request's cache read comes back short
+    (served from a cold machine, or only partly): it then reads a random shorter
+    leading run of what was cached (possibly none) and recomputes, or on a managed
+    provider writes, the rest. Real `cached_tokens` are that noisy."""
 
     name: str
     model: str
@@ -208,11 +213,24 @@ class Service:
     managed: ManagedProvider | None = None
     renderings: tuple[Rendering, ...] = ()
     tenants: Tenants | None = None
+    read_miss_rate: float = 0.0
 
     def __post_init__(self) -> None:
         names = [r.scenario for r in self.renderings]
         if len(set(names)) != len(names):
             raise ValueError(f"service {self.name!r}: two renderings name one scenario")
+        if not 0.0 <= self.read_miss_rate <= 1.0:
+            raise ValueError(f"service {self.name!r}: read_miss_rate must be within [0, 1]")
+
+    def has_tenant(self, tenant: str) -> bool:
+        """Whether `tenant` is one of the tenants its sessions are drawn from."""
+        if self.tenants is None:
+            return False
+        prefix, size = self.tenants.prefix, self.tenants.size
+        if not tenant.startswith(prefix) or not tenant[len(prefix) :].isdigit():
+            return False
+        k = int(tenant[len(prefix) :])
+        return 1 <= k <= size and self.tenants.name(k) == tenant
 
     def scenario_index(self, scenario: str) -> int:
         """The index of the rendering that names this scenario."""
@@ -321,6 +339,27 @@ class CacheTtl:
     ttl: CacheTtlChoice
 
 
+@dataclass(frozen=True)
+class AgentSession:
+    """One session started by the change itself, beside the service's own: `turns`
+    turns on the service's start (its first rendering's) with lengths of their own
+    (large tool results, short think times), its history summarized on every turn
+    when `rewrite` is set. One user's batch job or agent run that holds most of a
+    quiet hour's tokens of a small service."""
+
+    turns: int
+    query: LengthDist = LengthDist(200, 0.5, 5, 4_000)
+    tool_result: LengthDist | None = LengthDist(4_000, 0.5, 100, 32_000)
+    reply: LengthDist = LengthDist(400, 0.5, 5, 4_000)
+    think_time_s: LengthDist = LengthDist(30, 0.5, 2, 600)
+    rewrite: HistoryRewrite | None = None
+    tenant: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.turns < 1:
+            raise ValueError("an agent session needs at least one turn")
+
+
 Action = (
     Deploy
     | DynamicSystemPrefix
@@ -335,6 +374,7 @@ Action = (
     | Fanout
     | TrafficMultiplier
     | CacheTtl
+    | AgentSession
 )
 
 
@@ -365,7 +405,11 @@ class Change:
     later change with the same `deploy` and a larger share widens it (its action
     applies on top), one with share 1 or None rolls it out to all the traffic, one
     with share 0 rolls it back. A change without `deploy` acts on every tag that
-    serves."""
+    serves.
+
+    `tenant`: a prompt action for the sessions of that tenant only, whatever release
+    serves them (a customer's own integration starting to send a request id at the
+    top of the system prompt): it names no deploy tag and rolls out to no share."""
 
     at_s: float
     service: str
@@ -375,11 +419,17 @@ class Change:
     description: str | None = None
     scenario: str | None = None
     share: float | None = None
+    tenant: str | None = None
 
     def __post_init__(self) -> None:
         prompt = isinstance(self.action, PROMPT_ACTIONS)
         if self.scenario is not None and not prompt:
             raise ValueError("only a prompt change can apply to one scenario")
+        if self.tenant is not None:
+            if not prompt or isinstance(self.action, Deploy):
+                raise ValueError("only a prompt change can apply to one tenant")
+            if self.deploy is not None or self.share is not None:
+                raise ValueError("a tenant's own change carries no deploy tag and no share")
         if self.share is None:
             return
         if not 0.0 <= self.share <= 1.0:

@@ -22,8 +22,9 @@ import numpy as np
 from service.simulate.cache import ReplicaPool
 from service.simulate.prompt import EMPTY, Hashed, Piece, hash_prompt, label_cid, mix64
 from service.simulate.prompt import segment_hash as seg_hash
-from service.simulate.releases import PromptMode, Releases
+from service.simulate.releases import PromptMode, Release, Releases
 from service.simulate.scenario import (
+    Action,
     CacheTtlChoice,
     Fanout,
     PromptStructure,
@@ -107,6 +108,31 @@ class ServiceState:
         )
         self._users: dict[tuple[str | None, int], tuple[list[Piece], list[Segment]]] = {}
         self._requests = 0  # labels a request id at the top of the system prompt
+        # Prompt actions of one tenant's own (Change(tenant=...)), with the scenario
+        # each is limited to (None: all), applied on top of the serving release.
+        self.tenant_actions: dict[str, list[tuple[Action, int | None]]] = {}
+        # A stream of its own, drawn only when read_miss_rate > 0: a run without
+        # short reads draws what it drew before they existed.
+        self._miss_rnd = random.Random(mix64(seed * 1_000_003 + index) ^ 0x4EAD5)
+
+    def mode_of(self, release: Release, rendering: int, tenant: str | None) -> PromptMode:
+        """How a request of that rendering and tenant builds its prompt: as the release
+        serving it says, then as the tenant's own changes say."""
+        mode = release.modes[rendering]
+        if tenant is None or not self.tenant_actions:
+            return mode
+        for action, scenario in self.tenant_actions.get(tenant, ()):
+            if scenario is None or scenario == rendering:
+                mode = mode.apply(action)
+        return mode
+
+    def short_read(self, run: int) -> int:
+        """The cached leading blocks a request really reads: `run`, or with probability
+        `read_miss_rate` a random shorter run (possibly none)."""
+        rate = self.spec.read_miss_rate
+        if rate <= 0.0 or run <= 0 or self._miss_rnd.random() >= rate:
+            return run
+        return self._miss_rnd.randrange(run)
 
     def draw_rendering(self) -> int:
         """The rendering of a new session (an index of `renderings`), by their shares."""
