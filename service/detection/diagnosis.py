@@ -48,6 +48,9 @@ class Diagnosis:
 
 #: The cause of a drop the figures do not explain: two of them are not one cause.
 UNKNOWN = "unknown"
+#: Causes that come and go with the load: a working set outgrowing a KV budget only
+#: at the busy hours, a provider TTL outlasted by the gaps between requests.
+LOAD_BOUND_CAUSES = ("eviction", "expiry")
 
 
 def _pct(value: float | None) -> str:

@@ -46,6 +46,7 @@ from service.detection.changepoints import (
     noise_sigma,
     segments,
 )
+from service.detection.diagnosis import LOAD_BOUND_CAUSES
 from service.detection.evidence import OPENING_S
 from service.detection.lulls import LoadReference, smoothed_load
 from service.detection.seasonal import Season, season_of
@@ -359,36 +360,39 @@ class _Judge:
 
 
 def separate_episodes(
-    drops: Sequence[Drop], same_episode: Callable[[Drop, Drop], bool], bucket_us: I64
+    drops: Sequence[Drop], same_episode: Callable[[Drop, Drop, int], bool], bucket_us: I64
 ) -> list[Drop]:
     """The drops worth a regression each (contract section 5c: one change, one
     regression), each going on as long as its latest drop.
 
-    A drop that starts while the series is still down from the previous reported
-    one, or within `REOPEN_US` of its recovery, is that one going on when
-    `same_episode` says so (the same cause: a cut KV budget hurting more when the
-    night's working set shifts, a slow erosion found again from a later step, a
-    working set that fits every evening and thrashes again at the next day's peak):
-    its after side and recovery become the later drop's, and a second alert would
-    only repeat the first. One of another cause (a release breaking the prompt
-    during an eviction episode) is a regression of its own."""
+    A drop is the previous reported one going on when `same_episode(previous, drop,
+    since_us)` says so, `since_us` the time from the previous one's recovery to the
+    drop (0 while it is still down): the same cause, and soon enough after its
+    recovery that the recovery did not hold (`reopen_us`). A cut KV budget hurting
+    more when the night's working set shifts, a slow erosion found again from a
+    later step, a working set that fits every evening and thrashes again at the next
+    day's peak: its after side and recovery become the later drop's, and a second
+    alert would only repeat the first. One of another cause (a release breaking the
+    prompt during an eviction episode) is a regression of its own."""
     reported: list[Drop] = []
     for drop in sorted(drops, key=lambda d: d.at):
         previous = reported[-1] if reported else None
-        goes_on = previous is not None and _goes_on(previous, drop, bucket_us)
-        if previous is not None and goes_on and same_episode(previous, drop):
+        if previous is not None and same_episode(previous, drop, _since(previous, drop, bucket_us)):
             reported[-1] = replace(previous, after=drop.after, recovered_at=drop.recovered_at)
             continue
         reported.append(drop)
     return reported
 
 
-#: A recovery that a drop of the same cause undoes within a day (the next day's
-#: peak, the same hour a day later) did not hold: one episode.
-REOPEN_US = _DAY_US
-
-
-def _goes_on(previous: Drop, drop: Drop, bucket_us: I64) -> bool:
+def _since(previous: Drop, drop: Drop, bucket_us: I64) -> int:
     if previous.recovered_at is None or previous.recovered_at > drop.at:
-        return True
-    return int(bucket_us[drop.at] - bucket_us[previous.recovered_at]) < REOPEN_US
+        return 0
+    return int(bucket_us[drop.at] - bucket_us[previous.recovered_at])
+
+
+def reopen_us(cause: str) -> int:
+    """How soon after its recovery a drop of the same cause reopens a regression: a
+    day (the next day's peak); a week for a cause that comes and goes with the load
+    (`LOAD_BOUND_CAUSES`: a working set thrashing its KV budget, a TTL outlasted by
+    the gaps between requests), whose recovery over a quiet weekend is no recovery."""
+    return 7 * _DAY_US if cause in LOAD_BOUND_CAUSES else _DAY_US

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from service.analytics.costs import RegressionCost, Side, regression_cost
 from service.detection.changepoints import Drop, DropRule
 from service.detection.diagnosis import SegmentVariants, diagnose, drop_cause
-from service.detection.drops import separate_episodes
+from service.detection.drops import reopen_us, separate_episodes
 from service.detection.groups import Canary
 from service.detection.series import Series, Stretch, stretch
 from service.models import ChangeEvent, Regression
@@ -79,10 +79,11 @@ def record_drops(
 
 def episodes(series: Series, drops: list[Drop]) -> list[Drop]:
     """The series' drops one per episode: `separate_episodes` with drops of the same
-    cause as one episode."""
+    cause as one episode until its recovery has held `reopen_us`."""
 
-    def same_episode(first: Drop, then: Drop) -> bool:
-        return drop_cause(series, first) == drop_cause(series, then)
+    def same_episode(first: Drop, then: Drop, since_us: int) -> bool:
+        cause = drop_cause(series, first)
+        return cause == drop_cause(series, then) and since_us < reopen_us(cause)
 
     return separate_episodes(drops, same_episode, series.bucket_us)
 

@@ -15,7 +15,13 @@ import numpy as np
 import pytest
 
 from service.detection.changepoints import DropRule, Segment
-from service.detection.drops import Signal, find_drops, lasting_drops, separate_episodes
+from service.detection.drops import (
+    Signal,
+    find_drops,
+    lasting_drops,
+    reopen_us,
+    separate_episodes,
+)
 from service.detection.seasonal import Season
 from tests.detection.seasonal_series import BUCKET_S, DAY_US, erosion, step, world
 
@@ -128,7 +134,7 @@ def test_a_drop_that_comes_back_between_its_own_dips_is_one_open_drop() -> None:
     y = steps([(0.9, 60)] + [(0.45, 8), (0.9, 6)] * 8 + [(0.45, 8)], noise=0.005, seed=3)
     drops = lasting_drops(flat(y), RULE)
     assert drops and all(d.recovered_at is None for d in drops)
-    (episode,) = separate_episodes(drops, lambda a, b: True, TIMES)
+    (episode,) = separate_episodes(drops, same_cause, TIMES)
     assert episode.at == drops[0].at and episode.recovered_at is None
 
 
@@ -243,7 +249,7 @@ def test_a_slow_erosion_is_one_drop_from_the_top_of_its_staircase() -> None:
     assert w.at(8) <= first.at <= w.at(9, 12)
     assert first.recovered_at is None and first.fall > 0.2
     # Every later drop is the same episode going on (the same cause, never recovered).
-    (episode,) = separate_episodes(drops, lambda a, b: True, w.series().bucket_us)
+    (episode,) = separate_episodes(drops, same_cause, w.series().bucket_us)
     assert (episode.at, episode.recovered_at) == (first.at, None)
     # Reported within a day of passing the rule: 0.07 a day below a level of 0.80 is a
     # drop by the rule (20% of it: 16 points) after about 2.3 days, and a pass that
@@ -256,7 +262,7 @@ def test_a_slow_erosion_is_one_drop_from_the_top_of_its_staircase() -> None:
         part.distinct_prefixes[:seen],
         part.replicas[:seen],
     )
-    (early,) = separate_episodes(find_drops(cut, BUCKET_S, RULE), lambda a, b: True, cut.bucket_us)
+    (early,) = separate_episodes(find_drops(cut, BUCKET_S, RULE), same_cause, cut.bucket_us)
     assert w.at(8) <= early.at < seen
 
 
@@ -285,6 +291,15 @@ def test_a_week_with_a_change_every_day_judges_each_against_a_clean_normal() -> 
 TIMES = np.arange(1000, dtype=np.int64) * BUCKET_S * 1_000_000
 
 
+def same_cause(first: Any, then: Any, since_us: int) -> bool:
+    """Drops of one cause that does not come and go with the load."""
+    return since_us < reopen_us("prefix_instability")
+
+
+def other_cause(first: Any, then: Any, since_us: int) -> bool:
+    return False
+
+
 def _drop(at: int, recovered_at: int | None) -> Any:
     from service.detection.changepoints import Drop
 
@@ -293,34 +308,41 @@ def _drop(at: int, recovered_at: int | None) -> Any:
 
 def test_a_drop_while_one_of_the_same_cause_is_still_down_is_the_same_episode() -> None:
     kv_cut, night = _drop(100, None), _drop(150, None)
-    (episode,) = separate_episodes([kv_cut, night], lambda a, b: True, TIMES)
+    (episode,) = separate_episodes([kv_cut, night], same_cause, TIMES)
     assert (episode.at, episode.after) == (kv_cut.at, night.after)
 
 
 def test_a_drop_of_another_cause_inside_an_open_one_is_its_own() -> None:
     eviction, prefix = _drop(100, None), _drop(150, None)
-    assert separate_episodes([eviction, prefix], lambda a, b: False, TIMES) == [eviction, prefix]
+    assert separate_episodes([eviction, prefix], other_cause, TIMES) == [eviction, prefix]
 
 
 def test_a_drop_a_day_after_recovery_is_new_even_of_the_same_cause() -> None:
     first, second = _drop(100, 140), _drop(140 + 288, None)
-    assert separate_episodes([first, second], lambda a, b: True, TIMES) == [first, second]
+    assert separate_episodes([first, second], same_cause, TIMES) == [first, second]
 
 
 def test_a_drop_of_the_same_cause_within_a_day_of_recovery_reopens_the_first() -> None:
     """A working set that fits every evening and thrashes at the next day's peak:
     one episode, as far down as its latest drop and open while that one is."""
     first, second = _drop(100, 140), _drop(140 + 287, None)
-    (episode,) = separate_episodes([first, second], lambda a, b: True, TIMES)
+    (episode,) = separate_episodes([first, second], same_cause, TIMES)
     assert (episode.at, episode.before) == (first.at, first.before)
     assert (episode.after, episode.recovered_at) == (second.after, None)
 
 
 def test_episodes_are_taken_in_time_order() -> None:
     first, second = _drop(100, None), _drop(150, None)
-    (episode,) = separate_episodes([second, first], lambda a, b: True, TIMES)
+    (episode,) = separate_episodes([second, first], same_cause, TIMES)
     assert episode.at == first.at
 
 
 def test_days_are_days() -> None:
     assert DAY_US == 86_400 * 1_000_000
+
+
+def test_a_cause_that_comes_with_the_load_reopens_within_a_week() -> None:
+    """Eviction that thrashed all week, fine over a quiet weekend, back on Monday's
+    peak: one regression. A prompt broken again 2 days after its fix: a new one."""
+    assert reopen_us("eviction") == reopen_us("expiry") == 7 * DAY_US
+    assert reopen_us("prefix_instability") == reopen_us("routing") == DAY_US
