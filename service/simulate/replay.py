@@ -28,6 +28,7 @@ import orjson
 from sqlalchemy import func, select
 
 from service.detection.changepoints import DropRule
+from service.settings import Settings
 from service.simulate.builders import ExpectedChange
 from service.simulate.engine import Record, iter_records, token_counts
 from service.simulate.events import scenario_events
@@ -35,6 +36,8 @@ from service.simulate.scoring import Found, Score, score
 from service.simulate.world import World, seasonal_world
 
 HOUR_S = 3600.0
+#: The detection bucket (cachewatch's default): a change_ts is a bucket's start.
+BUCKET_S = float(Settings.model_fields["detect_bucket_s"].default)
 DAY_S = 86_400.0
 
 
@@ -88,6 +91,11 @@ class _Chunks:
         self._pending: tuple[float, Record] | None = None
         self.simulate_s = 0.0
         self.hourly: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0, 0])
+        # each grouped truth's group's first request at or after its change
+        self._awaited = {
+            (e.service, e.group[0], e.group[1]): e.at_s for e in world.expected if e.group
+        }
+        self.first_after: dict[tuple[str, str, str], float] = {}
 
     def _offsets(self, world: World) -> Iterator[tuple[float, Record]]:
         origin = world.scenario.start.timestamp()
@@ -98,7 +106,17 @@ class _Chunks:
             sums[0] += 1
             sums[1] += prompt
             sums[2] += cached
+            if self._awaited:
+                self._note_group(record, t)
             yield t, record
+
+    def _note_group(self, record: Record, t: float) -> None:
+        for by in ("tenant", "scenario"):
+            key = (record["service"], by, record.get(by) or "")
+            at = self._awaited.get(key)
+            if at is not None and t >= at:
+                self.first_after[key] = t
+                del self._awaited[key]
 
     def __iter__(self) -> Iterator[tuple[float, list[tuple[float, Record]]]]:
         end = self.chunk_s
@@ -264,13 +282,23 @@ ERODED_SLACK_S = 6 * HOUR_S
 
 
 def _deadlines(
-    world: World, hourly: dict[tuple[str, int], list[int]], chunk_s: float
+    world: World,
+    hourly: dict[tuple[str, int], list[int]],
+    chunk_s: float,
+    first_after: dict[tuple[str, str, str], float] | None = None,
 ) -> list[ExpectedChange]:
     """The expected regressions, the erosion (no event) with its deadline: reported
     by the first pass at least a day after its hit rate left the seasonal band, and
-    dated from its start until a little after it left the band."""
+    dated from its start until a little after it left the band; a group's dated up
+    to the bucket of its first request after the change (a sparse tenant's next
+    request may come an hour later: the first that can show it, contract 5c)."""
     expected = []
     for want in world.expected:
+        if want.group is not None and first_after is not None:
+            first = first_after.get((want.service, *want.group))
+            if first is not None:
+                reach = first - want.at_s + BUCKET_S
+                want = replace(want, window_after_s=max(want.window_after_s, reach))
         if want.kind is None and want.report_by_s is None:
             left = left_band_s(hourly, want.service, want.at_s)
             if left is not None:
@@ -359,7 +387,7 @@ def replay_world(seed: int, cfg: ReplayConfig | None = None) -> SeedResult:
             found, stored = cw.regressions(), cw.stored()
         finally:
             cw.close()
-    expected = _deadlines(world, chunks.hourly, chunks.chunk_s)
+    expected = _deadlines(world, chunks.hourly, chunks.chunk_s, chunks.first_after)
     outcome = score(found, expected, cw.first_seen, note=_note(world))
     lags = [_lag_line(w, f, cw.first_seen[f["id"]], origin) for w, f in outcome.matches]
     return SeedResult(seed, records, stored, duplicates, passes, timings, outcome, lags)

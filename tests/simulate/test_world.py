@@ -37,7 +37,7 @@ from service.simulate import (
 )
 from service.simulate.builders import ExpectedChange
 from service.simulate.cli import app
-from service.simulate.replay import ReplayConfig, left_band_s, replay_world
+from service.simulate.replay import ReplayConfig, _deadlines, left_band_s, replay_world
 from service.simulate.scenario import AgentSession, Deploy, HistoryRewrite
 from service.simulate.world import KV_FITS_PEAK_PER_RATE, World, seasonal_world, window
 from service.simulate.world_story import DECOY_GAP_S, DECOY_SERVICES
@@ -328,6 +328,27 @@ def test_left_band() -> None:
     hourly[("svc", week + 31)] = [100, 1000, 700]
     hourly[("svc", week + 40)] = [5, 1000, 100]  # too few requests to count
     assert left_band_s(hourly, "svc", 0.0) == (week + 31) * HOUR
+
+
+def test_a_groups_truth_reaches_its_first_request_after_the_change(
+    worlds: dict[int, World],
+) -> None:
+    """A sparse tenant's next request an hour after its change is the first that can
+    show it: a report dated at that request's bucket matches."""
+    world = worlds[0]
+    tenant = next(e for e in world.expected if e.group and e.group[0] == "tenant")
+    key = (tenant.service, *tenant.group)
+
+    def window(first_after: dict[tuple[str, str, str], float]) -> float:
+        (got,) = [
+            e
+            for e in _deadlines(world, {}, 2 * DAY, first_after)
+            if (e.group, e.at_s) == (tenant.group, tenant.at_s)
+        ]
+        return got.window_after_s
+
+    assert window({key: tenant.at_s + HOUR}) == HOUR + 300
+    assert window({}) == tenant.window_after_s
 
 
 def test_agent_session_holds_most_of_a_quiet_sunday_morning(worlds: dict[int, World]) -> None:
