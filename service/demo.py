@@ -109,7 +109,7 @@ def demo_scenario(seed: int = 7, peak_rate: float = 0.8) -> Scenario:
     """Four working days; one release of the corporate assistant a day at 10:00
     and its fix at 15:00 (the first day's only for the ticket summaries, from 11:00;
     the second day's to a 10% canary at 10:00, to everyone at 11:00); on the last
-    day the research assistant's TTL release at 12:00 and its fix at 16:00."""
+    day the research assistant's TTL release at 11:00 and its fix at 14:00."""
     prompt = PromptStructure(
         system_tokens=1_200,
         tool_tokens=(60, 75, 50, 80, 45, 70, 65, 55, 60, 75, 50, 70, 40, 65),
@@ -139,7 +139,7 @@ def demo_scenario(seed: int = 7, peak_rate: float = 0.8) -> Scenario:
     def at(day: int, hour: float) -> float:
         return day * DAY_S + hour * HOUR_S
 
-    research, research_timeline = ttl_release_story(at(3, 12), at(3, 16), name=RESEARCH)
+    research, research_timeline = ttl_release_story(at(3, 11), at(3, 14), name=RESEARCH)
     greeting = "greet users with the current time and company name"
     timeline = (
         Change(

@@ -367,12 +367,12 @@ def separate_episodes(
 
     A drop is the previous reported one going on when `same_episode(previous, drop,
     since_us)` says so, `since_us` the time from the previous one's recovery to the
-    drop (0 while it is still down): the same cause, and soon enough after its
-    recovery that the recovery did not hold (`reopen_us`). A cut KV budget hurting
-    more when the night's working set shifts, a slow erosion found again from a
-    later step, a working set that fits every evening and thrashes again at the next
-    day's peak: its after side and recovery become the later drop's, and a second
-    alert would only repeat the first. One of another cause (a release breaking the
+    drop (0 while it is still down): the same cause, while it is still down or soon
+    enough after its recovery that the recovery did not hold (`reopen_us`). A cut KV
+    budget hurting more when the night's working set shifts, a slow erosion found
+    again from a later step, a working set that fits every evening and thrashes again
+    at the next day's peak: its after side and recovery become the later drop's, and
+    a second alert would only repeat the first. One of another cause (a release breaking the
     prompt during an eviction episode) is a regression of its own."""
     reported: list[Drop] = []
     for drop in sorted(drops, key=lambda d: d.at):
@@ -391,8 +391,10 @@ def _since(previous: Drop, drop: Drop, bucket_us: I64) -> int:
 
 
 def reopen_us(cause: str) -> int:
-    """How soon after its recovery a drop of the same cause reopens a regression: a
-    day (the next day's peak); a week for a cause that comes and goes with the load
-    (`LOAD_BOUND_CAUSES`: a working set thrashing its KV budget, a TTL outlasted by
-    the gaps between requests), whose recovery over a quiet weekend is no recovery."""
-    return 7 * _DAY_US if cause in LOAD_BOUND_CAUSES else _DAY_US
+    """How long after its recovery a drop of the same cause still reopens a
+    regression: a week for a cause that comes and goes with the load
+    (`LOAD_BOUND_CAUSES`: a working set that fits every evening and over a quiet
+    weekend and thrashes again at the next peak, a TTL outlasted by the gaps between
+    requests), whose recovery at a lower load is no recovery; none for the others (a
+    prompt broken again after its fix is a new change, by a new release)."""
+    return 7 * _DAY_US if cause in LOAD_BOUND_CAUSES else 0

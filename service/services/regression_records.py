@@ -63,8 +63,9 @@ def record_drops(
     group: Group | None = None,
 ) -> list[tuple[Regression, bool]]:
     """The regressions of a series' drops, one per episode (`separate_episodes`: a
-    drop while the series is still down from one of the same cause, or within a day
-    of its recovery, is that one going on), stored idempotently (`store`)."""
+    drop while the series is still down from one of the same cause, or for eviction
+    and expiry within a week of its recovery, is that one going on), stored
+    idempotently (`store`)."""
 
     return [
         store(
@@ -83,7 +84,7 @@ def episodes(series: Series, drops: list[Drop]) -> list[Drop]:
 
     def same_episode(first: Drop, then: Drop, since_us: int) -> bool:
         cause = drop_cause(series, first)
-        return cause == drop_cause(series, then) and since_us < reopen_us(cause)
+        return cause == drop_cause(series, then) and since_us <= reopen_us(cause)
 
     return separate_episodes(drops, same_episode, series.bucket_us)
 
