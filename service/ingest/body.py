@@ -5,7 +5,7 @@ The shape is read from the body itself: some shippers label NDJSON as
 
 import re
 import zlib
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Container, Generator, Iterator
 from typing import Any
 
 import orjson
@@ -205,12 +205,16 @@ def split_records(data: bytes | bytearray) -> list[BodyItem]:
     return list(iter_records(data))
 
 
-def iter_records(data: bytes | bytearray) -> Iterator[BodyItem]:
+def iter_records(
+    data: bytes | bytearray, known: Container[bytes] = frozenset()
+) -> Iterator[BodyItem]:
     """The items of `split_records`, made as they are asked for, so that a caller
     that handles each in turn never holds them all: NDJSON lines are cut from the
     body one at a time, and an array's values are let go as their items are taken.
     UndecodableBody is raised here, before the first item: a body of which not one
-    line is JSON is found out by a first look that stops at the first JSON line."""
+    line is JSON is found out by a first look that stops at the first JSON line.
+    An NDJSON line in `known` (the caller's, which it may fill as it goes: lines it
+    has judged already) is given undecoded: its `value` is decoded only if asked."""
     text = bytes(data)  # no copy for bytes, which `decompress` gives
     start = _content_start(text)
     if start == len(text):
@@ -232,7 +236,7 @@ def iter_records(data: bytes | bytearray) -> Iterator[BodyItem]:
         else:
             return iter([BodyItem(0, value, raw=text[start:] if start else text)])
     _check_some_line_is_json(text, start)
-    return _ndjson_items(text, start)
+    return _ndjson_items(text, start, known)
 
 
 def _content_start(text: bytes) -> int:
@@ -280,8 +284,11 @@ def _check_some_line_is_json(text: bytes, start: int) -> None:
     raise UndecodableBody(f"body is not JSON, a JSON array or NDJSON ({first or 'no content'})")
 
 
-def _ndjson_items(text: bytes, start: int) -> Iterator[BodyItem]:
+def _ndjson_items(text: bytes, start: int, known: Container[bytes]) -> Iterator[BodyItem]:
     for index, line in enumerate(_ndjson_lines(text, start)):
+        if line in known:
+            yield BodyItem(index, _UNPARSED, raw=line)
+            continue
         record = decode_line(line)
         if record is not None:  # the hot path: no dict, no second decode
             yield BodyItem.decoded(index, line, record)

@@ -51,6 +51,7 @@ from service.ingest.records import (
     MAX_MS,
     MAX_SEGMENT_NAME_LENGTH,
     MAX_SEGMENTS,
+    MAX_TOKENS,
     MAX_TTL_S,
 )
 from service.ingest.shapes import DERIVED_COUNTS, DERIVED_FIELDS, USAGE_KEYS, Invalid, usage_fields
@@ -66,7 +67,8 @@ _UINT64_MAX = 2**64 - 1  # orjson's largest int; beyond it gives a float
 # (2^63 ms) out of the percentiles.
 _MAX_MS = float(MAX_MS)
 Int64 = Annotated[int, Meta(ge=_INT64_MIN, le=_INT64_MAX)]
-Count = Annotated[int, Meta(ge=0, le=_INT64_MAX)]
+# A token count above records.MAX_TOKENS is declined: pydantic says why.
+Count = Annotated[int, Meta(ge=0, le=MAX_TOKENS)]
 Millis = Annotated[int, Meta(ge=0, le=MAX_MS)] | Annotated[float, Meta(ge=0, le=_MAX_MS)]
 Seconds = Annotated[int, Meta(gt=0, le=MAX_TTL_S)] | Annotated[float, Meta(gt=0, le=MAX_TTL_S)]
 # Hash ints are unbounded here (uint64 hashes are common) and range-checked below.
@@ -209,7 +211,7 @@ def _apply_usage(record: FastRecord, values: list[Any]) -> bool:
             if type(value) is Invalid:
                 return False
             # A JSON int from orjson, >= 0: what pydantic's strict count accepts.
-            if name in DERIVED_COUNTS and (type(value) is not int or not 0 <= value <= _INT64_MAX):
+            if name in DERIVED_COUNTS and (type(value) is not int or not 0 <= value <= MAX_TOKENS):
                 return False
             setattr(record, name, value)
     return True
@@ -282,7 +284,9 @@ def record_values(
     segments: list[dict[str, Any]] | None = None
     if record.segments is not None:
         segments = []
+        segment_tokens = 0  # all of them together: at most MAX_TOKENS
         for segment in record.segments:
+            segment_tokens += segment.tokens
             value, norm = segment.hash, segment.norm_hash
             if type(value) is int and not _INT64_MIN <= value <= _UINT64_MAX:
                 return None  # orjson would have made it a float
@@ -294,6 +298,8 @@ def record_values(
             segments.append(
                 {"name": segment.name, "hash": value, "tokens": segment.tokens, "norm_hash": norm}
             )
+        if segment_tokens > MAX_TOKENS:
+            return None
     ts = record.ts
     try:
         # A plain number of seconds (the common case) inline; the rest in parse_ts.

@@ -4,6 +4,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -43,7 +44,40 @@ def _text(name: str) -> Any:
 INT64_MAX = 2**63 - 1
 # Tokens per block: a 32-bit column (real engines use 16 to a few thousand).
 MAX_BLOCK_SIZE = 2**31 - 1
-Count = Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]
+#: The most tokens one record may count in any token field (prompt_tokens,
+#: cached_tokens, cache_write_tokens, completion_tokens, prefix_tokens, a segment's
+#: tokens, and all its segments' tokens together): 2^30 = 1,073,741,824, ten times
+#: the largest context any model announces (100M), so no real request is refused.
+#: Every stored sum is an int64 sum of such counts (a rollup's prompt tokens; what
+#: is derived from them, cacheable, rewarm and written tokens, is at most the
+#: prompt): 2^33 (8.6 billion) records at the bound still fit in 2^63, a whole
+#: day's bucket at 99,000 requests a second, every one a billion tokens; at a
+#: realistic mean of at most 2^20 tokens, 2^43 records, 10 years at 27,000 a
+#: second. A larger count could not be summed exactly: the record is rejected.
+#: docs/ingestion.md ("Bounds on token counts") says the same.
+MAX_TOKENS = 2**30
+
+
+def _at_most_max_tokens(value: int) -> int:
+    """A count above MAX_TOKENS is refused by name, with the reason."""
+    if value > MAX_TOKENS:
+        raise ValueError(too_many_tokens(value))
+    return value
+
+
+def too_many_tokens(value: int) -> str:
+    """Why a count of `value` tokens is refused (both ingest paths say it so)."""
+    return (
+        f"{value} is over {MAX_TOKENS:,} (2^30) tokens, the most one record may count: "
+        "no model has such a context, and larger counts could not be summed exactly"
+    )
+
+
+Count = Annotated[
+    StrictInt,
+    Field(ge=0, json_schema_extra={"maximum": MAX_TOKENS}),
+    AfterValidator(_at_most_max_tokens),
+]
 # A TTFT or latency beyond a year is not a measurement: refused, so that one absurd
 # value cannot reach the percentiles.
 MAX_MS = 365 * 86_400_000
@@ -173,6 +207,10 @@ class UsageRecordIn(BaseModel):
             raise ValueError("block_hashes needs block_size")
         if self.prefix_hash is not None and self.prefix_tokens is None:
             raise ValueError("prefix_hash needs prefix_tokens")
+        if self.segments is not None:
+            total = sum(segment.tokens for segment in self.segments)
+            if total > MAX_TOKENS:
+                raise ValueError(f"segments: their tokens together: {too_many_tokens(total)}")
         # Validated as received (`received_context`): not after the server's clock.
         if isinstance(info.context, dict) and "received_us" in info.context:
             check_not_future(self.ts, info.context["received_us"])

@@ -22,12 +22,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+from service.ingest.records import MAX_TOKENS, MAX_TTL_S
 
 #: The TOML array of tables that holds the rules.
 RULES_KEY = "model"
 
-Price = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+#: The highest price a rule may give, in dollars per million tokens: a cent a token,
+#: over 60 times the dearest input price listed today ($150, o1-pro). A price above
+#: it is a unit mistake (per token, per thousand) or a placeholder (1e308), and the
+#: costs it multiplies would leave the range where sums of dollars are meaningful.
+MAX_USD_PER_MTOK = 10_000.0
+
+Price = Annotated[float, Field(ge=0, le=MAX_USD_PER_MTOK, allow_inf_nan=False)]
 
 
 class ModelsFileError(ValueError):
@@ -62,11 +77,35 @@ class _RuleIn(BaseModel):
 
     match: Annotated[str, Field(min_length=1, max_length=200)]
     provider: Annotated[str, Field(min_length=1, max_length=50)] | None = None
-    ttl_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
-    min_prompt_tokens: Annotated[int, Field(ge=0)] = 0
+    # A TTL as long as a record may ask for (records.MAX_TTL_S, 30 days); a minimum
+    # of at most the most tokens a record may count (records.MAX_TOKENS).
+    ttl_s: Annotated[float, Field(gt=0, le=MAX_TTL_S, allow_inf_nan=False)] | None = None
+    min_prompt_tokens: Annotated[int, Field(ge=0, le=MAX_TOKENS)] = 0
     input_usd_per_mtok: Price | None = None
     cached_usd_per_mtok: Price | None = None
     write_usd_per_mtok: Price | None = None
+
+    @field_validator("cached_usd_per_mtok")
+    @classmethod
+    def _cached_is_a_discount(cls, cached: float | None, info: ValidationInfo) -> float | None:
+        """A cached token costs at most an uncached one: waste is priced as the miss
+        price less the cached price (contract section 4a), which must not go negative."""
+        inp = info.data.get("input_usd_per_mtok")
+        if cached is not None and inp is not None and cached > inp:
+            raise ValueError(f"the cached price must not exceed the input price ({inp})")
+        return cached
+
+    @field_validator("write_usd_per_mtok")
+    @classmethod
+    def _write_costs_at_least_a_read(
+        cls, write: float | None, info: ValidationInfo
+    ) -> float | None:
+        """A token written to the cache costs at least one read from it, for the same
+        reason: a miss that writes is priced at the write price."""
+        cached = info.data.get("cached_usd_per_mtok")
+        if write is not None and cached is not None and write < cached:
+            raise ValueError(f"the write price must not be below the cached price ({cached})")
+        return write
 
     @field_validator("match")
     @classmethod
@@ -144,8 +183,10 @@ def _rule(rule: _RuleIn, source: str) -> Rule:
 
 
 def _decode(path: Path, raw: bytes) -> str:
+    """The file's text; a UTF-8 byte order mark (Windows editors write one) is not
+    part of it: tomllib would refuse it, and line numbers do not count it."""
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         raise ModelsFileError(path, line, ["not UTF-8 text"]) from exc

@@ -181,6 +181,14 @@ def _with_prices(base: Profile, given: _Prices, quote: prices.Quote | None) -> P
     write = _first(given[2], quoted[2], inp)
     write_1h = quote.write_1h_usd_per_mtok if quote is not None and given[2] is None else None
     from_source = any(g is None and q is not None for g, q in zip(given, quoted, strict=True))
+    source = f"{base.source}; prices: {prices.source_name()}" if from_source else base.source
+    assert cached is not None and write is not None  # the input price is their last resort
+    if cached > min(inp, write):
+        # Only where a rule's price meets the source's (the models file refuses a rule
+        # whose own cached price is above its input or write price): a cached token
+        # costing more than a miss would make waste negative. Said in the source.
+        cached = min(inp, write)
+        source += f"; cached price lowered to {cached} (it was above the input or write price)"
     return Profile(
         provider=base.provider,
         ttl_s=base.ttl_s,
@@ -188,7 +196,7 @@ def _with_prices(base: Profile, given: _Prices, quote: prices.Quote | None) -> P
         input_usd_per_mtok=inp,
         cached_usd_per_mtok=cached,
         write_usd_per_mtok=write,
-        source=f"{base.source}; prices: {prices.source_name()}" if from_source else base.source,
+        source=source,
         write_1h_usd_per_mtok=write_1h,
     )
 

@@ -7,7 +7,7 @@ from itertools import chain
 from typing import Any, cast
 
 import psycopg
-from sqlalchemy import Table, select, text
+from sqlalchemy import Table, func, select, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
@@ -210,6 +210,13 @@ def _insert_via_staging(cursor: psycopg.Cursor[Any], values: Sequence[tuple[Any,
 def add_rejected(session: Session, rows: Sequence[dict[str, Any]]) -> None:
     if rows:
         session.execute(REJECTED_TABLE.insert(), list(rows))
+
+
+def count_rejected_since(session: Session, since_us: int) -> int:
+    """How many rejected rows were received at or after `since_us` (the index on
+    `received_us` answers it): what the current minute has kept so far."""
+    query = select(func.count()).select_from(REJECTED_TABLE)
+    return session.scalar(query.where(REJECTED_TABLE.c.received_us >= since_us)) or 0
 
 
 def list_rejected(session: Session, limit: int, before_id: int | None) -> Sequence[RejectedRecord]:

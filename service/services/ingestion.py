@@ -20,11 +20,10 @@ from service.ingest.records import (
     received_context,
     to_row,
 )
-from service.services.rejected import rejected_row
+from service.services.rejected import DEFAULT_LIMITS, RejectedKeeper, RejectedLimits, rejected_row
 from service.usage_row import TEXT_FIELDS_BY_NAME
 
 MAX_REPORTED_ERRORS = 100
-REJECTED_BATCH = 2000  # rejected records written at a time (see _RejectedRows)
 USAGE_ENDPOINT = "usage"
 
 
@@ -47,11 +46,14 @@ def ingest_usage(
     received_us: int,
     endpoint: str = USAGE_ENDPOINT,
     reservation: inflight.Reservation = inflight.UNMETERED,
+    rejected_limits: RejectedLimits = DEFAULT_LIMITS,
 ) -> IngestOutcome:
     """`endpoint` labels the rejected records (OTLP's mapped records pass through here
     too, and a user reading /v1/rejected should see where they came from). The
     decoding is charged to `reservation`, the request's share of the memory budget
-    (`service.ingest.inflight`; outside a request, nothing)."""
+    (`service.ingest.inflight`; outside a request, nothing). What is kept of the
+    rejected records is bounded by `rejected_limits` (`RejectedKeeper`); the
+    outcome counts every one."""
     try:
         data = decompress(
             body, content_encoding, max_decompressed_bytes, admit=reservation.charge_inflated
@@ -67,7 +69,8 @@ def ingest_usage(
                 pass
         # Line by line, records become Python values: dense JSON takes more memory.
         reservation.charge_json_values(data)
-        items = iter_records(data)
+        repeated: dict[bytes, tuple[str | None, str]] = {}  # see _REPEATED_LINES
+        items = iter_records(data, known=repeated)
     except UndecodableBody as exc:
         repository.add_rejected(
             session,
@@ -78,46 +81,42 @@ def ingest_usage(
 
     outcome = IngestOutcome()
     values: list[tuple[Any, ...]] = []
-    rejected = _RejectedRows(session)
+    rejected = RejectedKeeper(session, endpoint, received_us, rejected_limits)
     for item in items:
-        row, reason = _validate(item, received_us)
-        if row is not None:
-            values.append(row)
-            continue
-        request_id = _request_id_of(item.value)
-        reason = reason or "invalid record"
-        rejected.add(
-            rejected_row(endpoint, received_us, item.index, request_id, reason, item.verbatim())
-        )
+        known = repeated.get(item.raw) if item.raw is not None else None
+        if known is not None:
+            request_id, reason = known
+        else:
+            row, found = _validate(item, received_us)
+            if row is not None:
+                values.append(row)
+                continue
+            request_id = _request_id_of(item.value)
+            reason = found or "invalid record"
+            raw = item.raw
+            if raw is not None and _room_for(raw, repeated):
+                repeated[raw] = (request_id, reason)
+        # Only a sample is kept (its row holds the bytes); the rest only counted.
+        rejected.add(item.index, request_id, reason, item.verbatim)
         if len(outcome.errors) < MAX_REPORTED_ERRORS:
             outcome.errors.append({"index": item.index, "request_id": request_id, "error": reason})
-    rejected.flush()
+    rejected.finish()
     outcome.rejected = rejected.count
     return _store(session, values, outcome)
 
 
-class _RejectedRows:
-    """The rejected records of a body, written `REJECTED_BATCH` at a time as they
-    come. Kept until the end, a body of small invalid lines held a row (a dict, its
-    reason, its verbatim bytes) per line: 64 MiB of them took a gigabyte. The
-    writes are in the request's transaction, so an error before the commit still
-    stores none of them; on SQLite, a body with more rejected records than a batch
-    takes the write lock from its first batch on, while the rest is validated."""
+# A rejected NDJSON line seen again in the same body is rejected for the same reason
+# without being validated again: what a line means depends only on its bytes and
+# the body's received time. A flood of one bad line (a million `{}`) then costs a
+# dictionary lookup per line instead of a validation; the memory is bounded by
+# these two (lines of at most _REPEATED_LINE_BYTES, at most _REPEATED_LINES).
+_REPEATED_LINES = 1024
+_REPEATED_LINE_BYTES = 1024
 
-    def __init__(self, session: Session) -> None:
-        self.session = session
-        self.pending: list[dict[str, Any]] = []
-        self.count = 0
 
-    def add(self, row: dict[str, Any]) -> None:
-        self.pending.append(row)
-        self.count += 1
-        if len(self.pending) >= REJECTED_BATCH:
-            self.flush()
-
-    def flush(self) -> None:
-        repository.add_rejected(self.session, self.pending)
-        self.pending = []
+def _room_for(raw: bytes, repeated: dict[bytes, Any]) -> bool:
+    """Whether a rejected line is remembered: a short one, while there is room."""
+    return len(raw) <= _REPEATED_LINE_BYTES and len(repeated) < _REPEATED_LINES
 
 
 def _store(

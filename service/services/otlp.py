@@ -18,7 +18,7 @@ from service import telemetry
 from service.ingest import genai, inflight, otlp
 from service.ingest.body import UndecodableBody, decompress
 from service.services.ingestion import IngestOutcome, ingest_usage
-from service.services.rejected import keep_rejected_body
+from service.services.rejected import DEFAULT_LIMITS, RejectedLimits, keep_rejected_body
 
 MAX_ERROR_MESSAGES = 5
 _UNWRITABLE = "(a value nested too deeply to store)"
@@ -44,8 +44,10 @@ def ingest_otlp(
     max_decompressed_bytes: int,
     received_us: int,
     reservation: inflight.Reservation = inflight.UNMETERED,
+    rejected_limits: RejectedLimits = DEFAULT_LIMITS,
 ) -> OtlpOutcome:
-    """The decoding is charged to `reservation` (as in `ingest_usage`)."""
+    """The decoding is charged to `reservation`, and what is kept of the rejected
+    records bounded by `rejected_limits` (both as in `ingest_usage`)."""
     try:
         data = decompress(
             body, content_encoding, max_decompressed_bytes, admit=reservation.charge_inflated
@@ -70,6 +72,7 @@ def ingest_otlp(
         received_us=received_us,
         endpoint=f"otlp/{signal}",
         reservation=reservation,
+        rejected_limits=rejected_limits,
     )
     return OtlpOutcome(
         **vars(stored), ignored=ignored, error_message=_error_message(stored, signal)

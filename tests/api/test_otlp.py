@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.ingest.hashing import pack_block_hashes
 from service.models import RejectedRecord, UsageRecord
+from service.settings import Settings
 
 TRACES = "/v1/otlp/v1/traces"
 LOGS = "/v1/otlp/v1/logs"
@@ -808,3 +809,20 @@ def test_log_partial_success_and_json(
     assert garbage.status_code == 400
     assert len(rejected(session)) == 2
     assert session.scalar(select(func.count()).select_from(UsageRecord)) == 0
+
+
+def test_many_bad_spans_keep_a_sample_and_count_every_one(
+    client: TestClient, settings: Settings, ingest_headers: dict[str, str], session: Session
+) -> None:
+    """A 51 KB protobuf of 500,000 bad spans made 500,000 rejected rows: a sample of
+    each reason is kept, one row counts the rest, and the answer counts every span."""
+    settings.rejected_sample_per_reason = 3
+    bad = {"gen_ai.usage.input_tokens": 2**40}  # over the per-record bound
+    answer = trace_answer(post(client, ingest_headers, traces(*(span(i, bad) for i in range(60)))))
+    assert answer.partial_success.rejected_spans == 60
+    kept = rejected(session)
+    assert [row.batch_index for row in kept] == [0, 1, 2, None]
+    assert kept[-1].reason.endswith(
+        "[and 57 more records with this reason in this body were not kept]"
+    )
+    assert all(row.endpoint == "otlp/traces" for row in kept)

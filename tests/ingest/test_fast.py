@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from service.ingest import fast
 from service.ingest.body import BodyItem, UndecodableBody, split_records
 from service.ingest.records import (
+    MAX_TOKENS,
     UsageRecordIn,
     format_validation_error,
     received_context,
@@ -537,7 +538,9 @@ def records(draw: st.DrawFn) -> dict[str, Any]:
 
 # --- valid records, which the fast path covers --------------------------------
 
-valid_counts = st.integers(0, 2**63 - 1) | st.integers(0, 10_000)
+valid_counts = st.integers(0, MAX_TOKENS) | st.integers(0, 10_000)
+# At most 4 segments: their tokens together stay within MAX_TOKENS.
+valid_segment_tokens = st.integers(0, MAX_TOKENS // 4) | st.integers(0, 10_000)
 # Accepted times: from 1970 (as written) to the day after RECEIVED_US.
 valid_rfc3339 = st.builds(
     lambda moment, sep, zone: moment.isoformat(sep=sep) + zone,
@@ -597,7 +600,7 @@ def valid_records(draw: st.DrawFn) -> dict[str, Any]:
                 {
                     "name": texts(1, 200),
                     "hash": texts(0, 200) | st.integers(-(2**63), 2**64 - 1),
-                    "tokens": valid_counts,
+                    "tokens": valid_segment_tokens,
                 },
                 optional={
                     "norm_hash": texts(0, 200) | st.integers(-(2**63), 2**64 - 1) | st.none()
@@ -969,7 +972,8 @@ def test_declined_records_are_decided_by_pydantic(fields: bytes) -> None:
         (b'"cache_write_tokens": -1', "cache_write_tokens: Input should be greater than or equal"),
         (b'"cache_write_tokens": null', "cache_write_tokens: Input should be a valid integer"),
         (b'"cache_write_tokens": "3"', "cache_write_tokens: Input should be a valid integer"),
-        (b'"cache_write_tokens": 9223372036854775808', "cache_write_tokens: Input should be less"),
+        (b'"cache_write_tokens": 9223372036854775808',
+         "cache_write_tokens: 9223372036854775808 is over"),
         (b'"cached_tokens": 2, "cache_write_tokens": 4',
          "cache_write_tokens must not exceed prompt_tokens - cached_tokens"),
         (b'"cache_ttl_s": 0', "cache_ttl_s: Input should be greater than 0"),

@@ -382,7 +382,7 @@ def test_deepseek() -> None:
         ),
         (
             {"usage": {"inputTokens": 2**62, "cacheReadInputTokens": 2**62}},
-            "prompt_tokens: Input should be less than or equal to 9223372036854775807",
+            "prompt_tokens: 9223372036854775808 is over 1,073,741,824 (2^30) tokens",
         ),
         (
             {"usage": {"prompt_tokens": 10, "prompt_cache_hit_tokens": 11}},

@@ -174,3 +174,74 @@ def test_a_bad_file_is_never_half_applied(tmp_path: Path) -> None:
 )
 def test_glob_problem(pattern: str, problem: str | None) -> None:
     assert glob_problem(pattern) == problem
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("min_prompt_tokens = 9223372036854775807", "less than or equal to 1073741824"),
+        ("min_prompt_tokens = 1073741825", "less than or equal to 1073741824"),
+        ("ttl_s = 2592001", "less than or equal to 2592000"),
+        ("ttl_s = 1e308", "less than or equal to 2592000"),
+        ("input_usd_per_mtok = 1e308", "less than or equal to 10000"),
+        ("cached_usd_per_mtok = 10000.5", "less than or equal to 10000"),
+        ("write_usd_per_mtok = 1e308", "less than or equal to 10000"),
+    ],
+)
+def test_numbers_beyond_their_bounds_name_their_line(
+    tmp_path: Path, line: str, expected: str
+) -> None:
+    """Accepted before, they made every pass and read fail (an int64 overflow, costs
+    of inf): refused at start instead, like NaN."""
+    text = f'[[model]]\nmatch = "a-*"\n\n[[model]]\nmatch = "b-*"\n{line}\n'
+    error = refusal(tmp_path, text)
+    assert error.line == 6
+    assert expected in str(error)
+
+
+def test_numbers_at_their_bounds_are_accepted(tmp_path: Path) -> None:
+    text = ('[[model]]\nmatch = "a"\nttl_s = 2592000\nmin_prompt_tokens = 1073741824\n'
+            "input_usd_per_mtok = 10000\ncached_usd_per_mtok = 10000\n"
+            "write_usd_per_mtok = 10000\n")  # fmt: skip
+    (rule,) = read_rules(write(tmp_path, text))
+    assert (rule.ttl_s, rule.min_prompt_tokens, rule.cached_usd_per_mtok) == (
+        2592000.0,
+        2**30,
+        10000.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("prices", "line", "expected"),
+    [
+        ("input_usd_per_mtok = 3.0\ncached_usd_per_mtok = 3.5", 4,
+         "`cached_usd_per_mtok` = 3.5 in [[model]]: the cached price must not exceed the input "
+         "price (3.0)"),
+        ("cached_usd_per_mtok = 0.3\nwrite_usd_per_mtok = 0.2", 4,
+         "`write_usd_per_mtok` = 0.2 in [[model]]: the write price must not be below the "
+         "cached price (0.3)"),
+    ],
+)  # fmt: skip
+def test_a_cached_price_above_a_miss_is_refused(
+    tmp_path: Path, prices: str, line: int, expected: str
+) -> None:
+    """It would make waste (the miss price less the cached price) negative."""
+    error = refusal(tmp_path, f'[[model]]\nmatch = "a"\n{prices}\n')
+    assert error.line == line
+    assert expected in str(error)
+
+
+def test_a_cached_price_equal_to_the_input_price_is_accepted(tmp_path: Path) -> None:
+    text = '[[model]]\nmatch = "a"\ninput_usd_per_mtok = 1.0\ncached_usd_per_mtok = 1.0\n'
+    assert read_rules(write(tmp_path, text))[0].cached_usd_per_mtok == 1.0
+
+
+def test_a_file_starting_with_a_utf8_bom_is_read_and_its_lines_counted(tmp_path: Path) -> None:
+    path = tmp_path / "models.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + GOOD.encode())
+    rules = read_rules(path)
+    assert [rule.source for rule in rules] == ["models.toml line 2", "models.toml line 11"]
+    path.write_bytes(b'\xef\xbb\xbf[[model]]\nmatch = "a"\nttl_s = -1\n')
+    with pytest.raises(ModelsFileError) as caught:
+        load_profiles(path)
+    assert caught.value.line == 3

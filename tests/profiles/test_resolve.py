@@ -250,3 +250,31 @@ def test_the_app_does_not_start_on_a_bad_models_file(tmp_path: Path) -> None:
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'x.db'}", models_file=path)
     with pytest.raises(ModelsFileError, match=r"models\.toml, line 3: `ttl_s` = -1"):
         create_app(settings)
+
+
+def test_a_rules_cached_price_above_the_sources_input_price_is_lowered_and_said(
+    tmp_path: Path,
+) -> None:
+    """The file cannot know the price source's input price of every model its glob
+    matches: where the rule's cached price meets a lower one, the cached price is
+    lowered to it (waste never negative), and the profile's source says so."""
+    path = tmp_path / "models.toml"
+    path.write_text('[[model]]\nmatch = "claude-*"\ncached_usd_per_mtok = 50.0\n', "utf-8")
+    sonnet = load_profiles(path).resolve("claude-sonnet-4-5", "anthropic")
+    assert sonnet is not None and sonnet.input_usd_per_mtok is not None
+    assert sonnet.cached_usd_per_mtok == sonnet.input_usd_per_mtok == 3.0
+    assert sonnet.source.endswith(
+        "; cached price lowered to 3.0 (it was above the input or write price)"
+    )
+
+
+def test_the_app_does_not_start_on_a_models_file_with_numbers_out_of_bounds(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "models.toml"
+    path.write_text(
+        '[[model]]\nmatch = "gpt-*"\nmin_prompt_tokens = 9223372036854775808\n', "utf-8"
+    )
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'x.db'}", models_file=path)
+    with pytest.raises(ModelsFileError, match=r"models\.toml, line 3: `min_prompt_tokens`"):
+        create_app(settings)

@@ -17,6 +17,7 @@ from service.api.params import ContentEncodingHeader
 from service.api.schemas import OTLP_ERRORS, otlp_body
 from service.ingest import otlp
 from service.services.otlp import ingest_otlp, keep_undecodable
+from service.services.rejected import RejectedLimits
 
 router = APIRouter(tags=["ingestion"], responses=OTLP_ERRORS)
 
@@ -48,6 +49,7 @@ def _receiver(signal: otlp.Signal) -> Callable[..., Response]:
             max_decompressed_bytes=settings.max_decompressed_bytes,
             received_us=received_us,
             reservation=body.reservation,
+            rejected_limits=RejectedLimits.of(settings),
         )
         if outcome.undecodable is not None:
             # Returned, not raised: the session still commits the kept raw body.

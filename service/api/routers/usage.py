@@ -14,6 +14,7 @@ from service.api.schemas import (
     json_body,
 )
 from service.services.ingestion import ingest_usage
+from service.services.rejected import RejectedLimits
 
 router = APIRouter(tags=["ingestion"], responses=WRITE_ERRORS)
 
@@ -38,6 +39,7 @@ def post_usage(
         max_decompressed_bytes=settings.max_decompressed_bytes,
         received_us=time.time_ns() // 1000,
         reservation=body.reservation,
+        rejected_limits=RejectedLimits.of(settings),
     )
     if outcome.undecodable is not None:
         # Returned, not raised: the session still commits the kept raw body.
