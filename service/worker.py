@@ -9,22 +9,27 @@ past that it skips this run with one warning line and runs at its next interval.
 
 import logging
 from collections.abc import Callable
+from threading import Event
 
+from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.blocking import BlockingScheduler
 from sqlalchemy.orm import Session, sessionmaker
 
+from service import stopping
 from service.alerts import delivery as alerts_delivery
 from service.db import PassBusy, waiting_for_locks
 from service.services import analytics_pass, detection, retention
 from service.settings import Settings
+from service.stopping import PassStopped, stop_on_signals, stopping_on
 
 log = logging.getLogger(__name__)
 
 
 def jobs(settings: Settings) -> list[tuple[str, Callable[[Session, Settings], object], int]]:
     return [
-        ("analytics", analytics_pass.catch_up, settings.analytics_interval_s),
+        # One step per transaction (the loop in `_run`): ingestion gets in between.
+        ("analytics", analytics_pass.catch_up_step, settings.analytics_interval_s),
         ("detection", detection.detect, settings.detect_interval_s),
         ("alerts", alerts_delivery.run_job, settings.alerts_interval_s),
         ("retention", retention.run_job, settings.retention_interval_s),
@@ -38,8 +43,11 @@ def _run(
     settings: Settings,
 ) -> None:
     try:
-        with factory.begin() as session:
-            job(session, settings)
+        more = True
+        while more:  # a job that works in steps says whether another one is due
+            with factory.begin() as session:
+                stopping.check(session)  # a stopping process starts no further step
+                more = getattr(job(session, settings), "more", False) is True
     except PassBusy as busy:
         log.warning(
             "job %s skipped: another pass holds the database (waited %g s); "
@@ -47,6 +55,8 @@ def _run(
             name,
             busy.waited_s,
         )
+    except PassStopped:
+        log.info("job %s stopped: the process is stopping; its next run does it again", name)
     except Exception:
         # A failing job (database down) is retried at its next run; never fatal.
         log.exception("job %s failed", name)
@@ -56,8 +66,12 @@ def configure(
     scheduler: BackgroundScheduler | BlockingScheduler,
     factory: sessionmaker[Session],
     settings: Settings,
-) -> None:
-    factory = waiting_for_locks(factory, settings.pass_lock_wait_s)
+) -> Event:
+    """The jobs on `scheduler`; returns the event that stops a job in progress at
+    its next step (set when the scheduler shuts down; service.stopping)."""
+    stop = Event()
+    scheduler.add_listener(lambda _: stop.set(), EVENT_SCHEDULER_SHUTDOWN)
+    factory = stopping_on(waiting_for_locks(factory, settings.pass_lock_wait_s), stop)
     for name, job, interval in jobs(settings):
         scheduler.add_job(
             _run,
@@ -69,11 +83,12 @@ def configure(
             max_instances=1,
             coalesce=True,
         )
+    return stop
 
 
 def start_background(factory: sessionmaker[Session], settings: Settings) -> BackgroundScheduler:
     scheduler = BackgroundScheduler(daemon=True)
-    configure(scheduler, factory, settings)
+    stop_on_signals(configure(scheduler, factory, settings))
     scheduler.start()
     return scheduler
 

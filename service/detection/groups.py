@@ -1,4 +1,4 @@
-"""Regressions of groups and canaries (contract sections 5, 5a and 5c), as pure
+"""Regressions of groups (contract sections 5 and 5c), as pure
 functions over the groups' detection series.
 
 A group (a scenario, one of the busiest tenants) is judged as a series of its own
@@ -11,16 +11,8 @@ also not its own when the whole service dropped at the same time
 one per group. A scenario holding 5% of a service's tokens that loses its prefix
 moves the service by a few points, below every threshold, and is found only here.
 
-A canary is not a change in time but a difference side by side: while two deploy
-tags of one (service, model) serve in the same buckets, the newer tag (first seen
-later) is compared with the older one that served the most beside it, over the
-buckets both served (`canaries`). Both sides see the same hours, the same load and
-the same cache (the scope of reuse is the model), so the difference is the release's.
-The rule is the regression's: the newer tag's hit rate is lower by `min_abs` and
-`min_rel` over those buckets, below half-way in at least `min_buckets` of them
-(lasting, not one cold bucket), and by `z_score` standard errors of both tags'
-request counts. It is found while the canary is small, `min_buckets` buckets after
-its first request.
+Canaries (a newer deploy tag beside the one it replaced) are
+`service.detection.canaries`.
 """
 
 from __future__ import annotations
@@ -38,9 +30,9 @@ from service.analytics.definitions import SUM_COLUMNS, USD_COLUMNS
 from service.detection.changepoints import Drop, DropRule, WeightedMeanCost, noise_sigma
 from service.detection.diagnosis import UNKNOWN, drop_cause
 from service.detection.drops import find_drops
-from service.detection.series import Series, Stretch, stretch
+from service.detection.series import Series
 
-_EPSILON = 1e-9
+EPSILON = 1e-9
 K = TypeVar("K")
 Floats = npt.NDArray[np.float64]
 Bools = npt.NDArray[np.bool_]
@@ -145,14 +137,14 @@ def fell_against_rest(group: Series, rest: Series, drop: Drop, rule: DropRule) -
             return None
         level = float((residual[keep] * w).sum() / w.sum())
         own = float((group.hit_rate[keep] * w).sum() / w.sum())
-        variance = _binomial(group, keep, own) + _binomial(rest, keep, own - level)
+        variance = binomial_variance(group, keep, own) + binomial_variance(rest, keep, own - level)
         return level, own, float((w * w * variance).sum() / w.sum() ** 2)
 
     before, after = side(drop.before.start, drop.before.end), side(drop.after.start, drop.after.end)
     if before is None or after is None:
         return False  # too few buckets where the rest of the service has traffic to tell
     (was, was_own, was_var), (now, now_own, now_var) = before, after
-    fall = was - now + _EPSILON
+    fall = was - now + EPSILON
     if fall < rule.min_abs or fall < rule.min_rel * was_own:
         return False
     if fall < OWN_SHARE * (was_own - now_own):
@@ -166,7 +158,9 @@ def fell_against_rest(group: Series, rest: Series, drop: Drop, rule: DropRule) -
 OWN_SHARE = 0.5
 
 
-def _binomial(series: Series, index: npt.NDArray[np.intp], level: float) -> Floats:
+def binomial_variance(series: Series, index: npt.NDArray[np.intp], level: float) -> Floats:
+    """Per bucket of `index`, the variance of a hit rate near `level` over the
+    bucket's requests (binomial; the level kept off 0 and 1)."""
     p = min(max(level, 0.01), 0.99)
     return np.asarray(p * (1 - p) / np.maximum(series.sums["requests"][index], 1))
 
@@ -283,111 +277,3 @@ def explained_by_groups(
 
 def _recovered_us(series: Series, drop: Drop) -> int | None:
     return None if drop.recovered_at is None else int(series.bucket_us[drop.recovered_at])
-
-
-def _subset(series: Series, keep: npt.NDArray[np.bool_]) -> Series:
-    return Series(
-        bucket_us=series.bucket_us[keep],
-        sums={name: values[keep] for name, values in series.sums.items()},
-        distinct_prefixes=series.distinct_prefixes[keep],
-        replicas=series.replicas[keep],
-    )
-
-
-@dataclass(frozen=True)
-class Canary:
-    """A newer tag whose hit rate is lower than the older one's beside it."""
-
-    tag: str
-    baseline: str
-    first_bucket_us: int  # the newer tag's first bucket in the series
-    buckets: int  # buckets both served
-    share: float  # the newer tag's share of both tags' requests in those buckets
-    before: Stretch  # the older tag over those buckets
-    after: Stretch  # the newer tag over those buckets
-    after_series: Series  # the newer tag over those buckets, bucket by bucket
-    recovered_at_us: int | None
-
-
-def canaries(tags: dict[str, Series], rule: DropRule, bucket_us: int) -> list[Canary]:
-    """Every newer tag that, beside the older tag that served the most in its
-    buckets, has the lower hit rate by the rule (see the module's docstring)."""
-    order = sorted((s.bucket_us[0], tag) for tag, s in tags.items() if len(s))
-    found = []
-    for i, (_, tag) in enumerate(order):
-        newer = tags[tag]
-        older = [t for _, t in order[:i]]
-        if not older:
-            continue
-        baseline = max(older, key=lambda t: (_tokens_beside(tags[t], newer), t))
-        canary = _compare(tag, newer, baseline, tags[baseline], rule, bucket_us)
-        if canary is not None:
-            found.append(canary)
-    return found
-
-
-def _tokens_beside(series: Series, other: Series) -> int:
-    return int(series.sums["prompt_tokens"][np.isin(series.bucket_us, other.bucket_us)].sum())
-
-
-def _compare(
-    tag: str, newer: Series, baseline: str, older: Series, rule: DropRule, bucket_us: int
-) -> Canary | None:
-    both = np.intersect1d(newer.bucket_us, older.bucket_us)
-    if len(both) < rule.min_buckets:
-        return None
-    new = _subset(newer, np.isin(newer.bucket_us, both))
-    old = _subset(older, np.isin(older.bucket_us, both))
-    before, after = stretch(old, 0, len(old)), stretch(new, 0, len(new))
-    fall = before.hit_rate - after.hit_rate + _EPSILON
-    if fall < rule.min_abs or fall < rule.min_rel * before.hit_rate:
-        return None
-    midpoint = (before.hit_rate + after.hit_rate) / 2
-    if int((new.hit_rate <= midpoint).sum()) < rule.min_buckets:
-        return None
-    variance = _mean_variance(old, before.hit_rate) + _mean_variance(new, after.hit_rate)
-    if fall < rule.z_score * math.sqrt(variance):
-        return None
-    requests = new.sums["requests"].sum() + old.sums["requests"].sum()
-    return Canary(
-        tag=tag,
-        baseline=baseline,
-        first_bucket_us=int(newer.bucket_us[0]),
-        buckets=len(both),
-        share=float(new.sums["requests"].sum() / max(requests, 1)),
-        before=before,
-        after=after,
-        after_series=new,
-        recovered_at_us=_recovered(new, old, newer, older, fall, rule, bucket_us),
-    )
-
-
-def _mean_variance(series: Series, level: float) -> float:
-    """Of a token-weighted mean hit rate over the series' buckets: binomial over each
-    bucket's requests (contract section 5c: evidence by counts)."""
-    w = series.weight
-    variance = _binomial(series, np.arange(len(series)), level)
-    return float((w * w * variance).sum() / max(float(w.sum()) ** 2, 1e-12))
-
-
-def _recovered(
-    new: Series,
-    old: Series,
-    newer: Series,
-    older: Series,
-    fall: float,
-    rule: DropRule,
-    bucket_us: int,
-) -> int | None:
-    """When the canary stopped hurting: its newest `min_buckets` buckets beside the
-    older tag are back near it (a fix shipped under the same tag), or it stopped
-    serving while the older tag went on (rolled back). A canary that replaced the
-    older tag stays open: the service's own series carries the drop from there."""
-    recent = slice(len(new) - rule.min_buckets, len(new))
-    now_old = stretch(old, recent.start, recent.stop).hit_rate
-    now_new = stretch(new, recent.start, recent.stop).hit_rate
-    if now_old - now_new < max(rule.min_abs / 2, fall / 4):
-        return int(new.bucket_us[recent.start])
-    if older.bucket_us[-1] > newer.bucket_us[-1]:
-        return int(newer.bucket_us[-1]) + bucket_us
-    return None

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from service import repository, telemetry
+from service import repository, stopping, telemetry
 from service.alerts import outbox
 from service.detection.changepoints import Drop
 from service.detection.diagnosis import drop_cause
@@ -18,7 +18,7 @@ from service.models import Regression
 from service.repository import detection as detection_repo
 from service.services import analytics_pass, group_detection
 from service.services import regression_records as records
-from service.services.events import EventIn, record_event
+from service.services.events import EventIn, record_event, record_events
 from service.services.evidence import sessions_show
 from service.settings import Settings
 
@@ -37,7 +37,10 @@ class DetectionReport:
 
 
 def detect(session: Session, settings: Settings, service: str | None = None) -> DetectionReport:
-    """One detection pass. Re-running it finds the same changes and updates them."""
+    """One detection pass. Re-running it finds the same changes and updates them.
+    A pass whose process is stopping stops between two (service, model)s (or two
+    groups of one) with PassStopped: its transaction is rolled back, and the next
+    pass does it all again (service.stopping)."""
     detection_repo.take_detection_lock(session)
     analytics_pass.catch_up(session, settings)
     now_us = time.time_ns() // 1000
@@ -46,6 +49,7 @@ def detect(session: Session, settings: Settings, service: str | None = None) -> 
     created: list[Regression] = []
     updated: list[Regression] = []
     for svc, model in detection_repo.series_keys(session, since_us, service):
+        stopping.check(session)
         for regression, is_new in _detect_series(session, settings, svc, model, since_us, now_us):
             (created if is_new else updated).append(regression)
     # Slack alerts (issue 5): queued in this transaction, sent by the alerts job.
@@ -77,6 +81,7 @@ def _detect_series(
         # between the day's peaks; the episode goes on).
         changes = [service_change(series, d) for d in [*drops, *records.episodes(series, drops)]]
         groups = group_detection.find_groups(session, settings, key, since_us, (series, changes))
+    stopping.check(session)
     drops = [
         d
         for d in drops
@@ -103,28 +108,13 @@ def _lookback_start(session: Session, settings: Settings, now_us: int) -> int:
 def infer_events(session: Session, settings: Settings, since_us: int, service: str | None) -> int:
     """Deploy events at the first record of each new tag; replicas events at lasting
     changes of the replica count. Stored once (the dedupe key holds their content)."""
-    created = 0
-    for svc, tag, first_minute in detection_repo.deploy_first_minutes(session, since_us):
-        if service is not None and svc != service:
-            continue
-        if tag in detection_repo.known_deploy_tags(session, svc):
-            continue
-        first = detection_repo.deploy_first_record(session, svc, tag, first_minute)
-        if first is None:
-            continue
-        event = EventIn(
-            ts=first[0],
-            service=svc,
-            kind="deploy",
-            deploy=tag,
-            description=f"first record carrying deploy {tag}",
-        )
-        created += record_event(session, event, source="inferred")[1]
+    created = _infer_deploys(session, since_us, service)
     # Replicas are read from a warm-up day before the window, so the replicas that
     # served before it are known wherever it starts (a quiet night's first hour sees
     # few of them); nothing inside the warm-up is reported (docs/detection.md 1).
     warmup_start = since_us - 86_400 * _US
     for svc, model in detection_repo.series_keys(session, since_us, service):
+        stopping.check(session)
         minutes = detection_repo.replica_minutes(session, svc, model, warmup_start)
         for change in replica_changes(minutes, settings.detect_bucket_s, report_from_us=since_us):
             ts = _replica_change_ts(
@@ -142,6 +132,34 @@ def infer_events(session: Session, settings: Settings, since_us: int, service: s
             )
             created += record_event(session, event, source="inferred")[1]
     return created
+
+
+def _infer_deploys(session: Session, since_us: int, service: str | None) -> int:
+    """The deploy events of the tags no inferred event names yet: a service's known
+    tags read once (not once per tag), the events stored together (a statement per
+    500), so 20,000 new tags cost 20,000 look-ups of a first record and no more."""
+    known: dict[str, set[str]] = {}
+    events = []
+    for svc, tag, first_minute in detection_repo.deploy_first_minutes(session, since_us):
+        if service is not None and svc != service:
+            continue
+        if svc not in known:
+            known[svc] = detection_repo.known_deploy_tags(session, svc)
+        if tag in known[svc]:
+            continue
+        stopping.check(session)
+        first = detection_repo.deploy_first_record(session, svc, tag, first_minute)
+        if first is not None:
+            events.append(
+                EventIn(
+                    ts=first[0],
+                    service=svc,
+                    kind="deploy",
+                    deploy=tag,
+                    description=f"first record carrying deploy {tag}",
+                )
+            )
+    return sum(created for _, created in record_events(session, events, source="inferred"))
 
 
 def _replica_change_ts(

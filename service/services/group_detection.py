@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 import polars as pl
 from sqlalchemy.orm import Session
 
+from service import stopping
 from service.analytics.definitions import SUM_COLUMNS
+from service.detection.canaries import Canary, canaries
 from service.detection.changepoints import Drop, DropRule
 from service.detection.groups import (
-    Canary,
     ServiceChange,
-    canaries,
     explained_by_groups,
     group_drops,
     series_from_chart,
@@ -82,7 +82,10 @@ def find_groups(
     rule = records.rule_of(settings)
     bucket_s = settings.detect_bucket_s
     reach = records.attribution_reach_us(settings)
-    drops = group_drops(service[0], service[1], watched, rule, reach, bucket_s)
+    drops: dict[chart.Group, list[Drop]] = {}
+    for group, series in watched.items():  # a search may take a while: stop between them
+        stopping.check(session)
+        drops |= group_drops(service[0], service[1], {group: series}, rule, reach, bucket_s)
     found = {group: (watched[group], group_found) for group, group_found in drops.items()}
     return GroupFindings(
         drops=explained_by_groups(found, lambda a, b: a.by != b.by),
@@ -101,10 +104,12 @@ def record_groups(
     """The regressions of the groups' drops and of the canaries."""
     found: list[tuple[Regression, bool]] = []
     for group in sorted(findings.drops):
+        stopping.check(session)
         series, drops = findings.drops[group]
         shown = [d for d in drops if sessions_show(session, settings, key, series, d, group)]
         found += records.record_drops(session, settings, key, series, shown, now_us, group)
     for canary in findings.canaries:
+        stopping.check(session)
         first = detection_repo.deploy_first_record(
             session, key[0], canary.tag, canary.first_bucket_us
         )
@@ -116,20 +121,40 @@ def record_groups(
 def watched_groups(
     session: Session, settings: Settings, key: tuple[str, str], since_us: int
 ) -> dict[str, list[str]]:
-    """Per group field, the values detection watches: every scenario, the
-    `detect_top_tenants` tenants with the most prompt tokens since `since_us`, and
-    the deploy tags when two or more served."""
+    """Per group field, the values detection watches, at most
+    `detect_max_group_values` of each (the work of one (service, model) is bounded
+    whatever its cardinality, so it never holds up the others' detection): the
+    scenarios with the most prompt tokens since `since_us`, the
+    `detect_top_tenants` busiest tenants, and, when two or more served, the deploy
+    tags (`_latest_tags`)."""
     scope = chart.Scope(0, key[0], key[1])
+    cap = settings.detect_max_group_values
     chosen = {}
     for by in chart.GROUP_BYS:
         values = groups_repo.group_values(session, scope, by, 3600, since_us, None)
-        ranked = values.sort(["prompt_tokens", "value"], descending=[True, False])["value"]
-        if by == "tenant":
-            ranked = ranked.head(settings.detect_top_tenants)
-        if by == "deploy" and len(ranked) < 2:
+        if by == "deploy" and len(values) < 2:
             continue
-        chosen[by] = ranked.to_list()
+        if by == "deploy" and len(values) > cap:
+            ranked = _latest_tags(session, key, since_us)
+        else:
+            ranked = _busiest(values)
+        chosen[by] = ranked[: min(cap, settings.detect_top_tenants) if by == "tenant" else cap]
     return chosen
+
+
+def _busiest(values: pl.DataFrame) -> list[str]:
+    """Values by prompt tokens, most first (ties by value)."""
+    return values.sort(["prompt_tokens", "value"], descending=[True, False])["value"].to_list()
+
+
+def _latest_tags(session: Session, key: tuple[str, str], since_us: int) -> list[str]:
+    """More deploy tags than are watched: those that served last first (by the last
+    hour each served; then the busiest, ties by name). A canary and the release
+    beside it serve now: ranked over the fortnight's tokens alone, a 10% canary of
+    the last hour would come after every release that served a day at 100%."""
+    tags = detection_repo.deploy_tags_latest(session, key, since_us)
+    order = tags.sort(["last_us", "prompt_tokens", "value"], descending=[True, True, False])
+    return order["value"].to_list()
 
 
 def _group_rows(

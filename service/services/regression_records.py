@@ -9,10 +9,10 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from service.analytics.costs import RegressionCost, Side, regression_cost
+from service.detection.canaries import Canary
 from service.detection.changepoints import Drop, DropRule
 from service.detection.diagnosis import SegmentVariants, diagnose, drop_cause
 from service.detection.drops import reopen_us, separate_episodes
-from service.detection.groups import Canary
 from service.detection.series import Series, Stretch, stretch
 from service.models import ChangeEvent, Regression
 from service.repository import detection as detection_repo

@@ -14,6 +14,8 @@ from service.services.regressions import regression_to_json
 from service.settings import Settings
 from service.simulate import DetectionWeek, SimulationResult, detection_week, simulate
 from service.simulate.scoring import score
+from service.stopping import STOP_KEY, PassStopped
+from tests.services.traffic import drop_traffic, store
 from tests.simulated import load_records
 
 SEED = 7
@@ -66,3 +68,25 @@ def test_simulated_week(
     listed = client.get("/v1/regressions", headers=read_headers).json()
     assert [r["id"] for r in listed] == sorted((r["id"] for r in found), reverse=True)
     assert client.get("/v1/regressions?status=open", headers=read_headers).json() == []
+
+
+def test_a_pass_whose_process_is_stopping_stops_between_services(
+    session: Session, settings: Settings
+) -> None:
+    # Two services, each losing its warm prefix: the stop is asked for once the first
+    # (service, model) is done, and the pass stops before the second with PassStopped
+    # (its caller rolls the transaction back; the next pass does it all).
+    for service in ("one", "two"):
+        store(session, [{**r, "service": service, "request_id": f"{service}-{r['request_id']}"}
+                        for r in drop_traffic()])  # fmt: skip
+
+    def requested() -> bool:  # once the first service's regression is stored
+        return bool(session.scalar(select(func.count()).select_from(Regression)))
+
+    session.info[STOP_KEY] = requested
+    with pytest.raises(PassStopped):
+        detect(session, settings)
+    (first,) = session.scalars(select(Regression.service)).all()
+    del session.info[STOP_KEY]
+    (then,) = [r.service for r in detect(session, settings).created]
+    assert {first, then} == {"one", "two"}

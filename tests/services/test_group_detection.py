@@ -1,6 +1,7 @@
 """Group regressions and canaries through the detection job (contract sections 5 and
 5a), on traffic where exactly one thing breaks (tests/services/group_traffic.py)."""
 
+import random
 import time
 from typing import Any
 
@@ -9,12 +10,14 @@ from sqlalchemy.orm import Session
 
 from service.models import ChangeEvent, GroupRollup
 from service.rfc3339 import us_to_rfc3339
+from service.services import analytics_pass
 from service.services.detection import detect
 from service.services.events import EventIn, record_event
+from service.services.group_detection import watched_groups
 from service.services.regressions import regression_to_json
 from service.settings import Settings
 from tests.services import group_traffic as traffic
-from tests.services.traffic import T0, US, store
+from tests.services.traffic import T0, US, rec, store
 
 HOUR = 3600
 
@@ -126,3 +129,44 @@ def _ts(text: str) -> float:
     from service.ingest.timestamps import parse_ts_text
 
     return parse_ts_text(text) / US
+
+
+def _many_tags() -> list[dict[str, Any]]:
+    """Six releases, one every 30 minutes (a request every 20 s), then two hours of v1
+    (a request every 10 s) with a broken 10% canary v2 from 4:00."""
+    plan, rng, out = traffic.Plan(), random.Random(5), []
+
+    def add(t: int, tag: str, broken: bool) -> None:
+        blocks = traffic._blocks("chat", len(out), broken)
+        out.append(
+            rec(f"m{len(out)}", T0 + t, blocks, prompt_tokens=len(blocks) * 100,
+                cached_tokens=traffic._cached(plan, blocks), scenario=f"s{len(out) % 5}",
+                tenant=f"tenant-{len(out) % 4}", deploy=tag)
+        )  # fmt: skip
+
+    for t in range(0, 3 * HOUR, 20):
+        add(t, f"old-{t // 1800}", False)
+    for t in range(3 * HOUR, 5 * HOUR, 10):
+        canary = t >= 4 * HOUR and rng.random() < 0.1
+        add(t, "v2" if canary else "v1", canary)
+    return out
+
+
+def test_detection_watches_a_bounded_number_of_groups_and_the_tags_serving_last(
+    session: Session, settings: Settings
+) -> None:
+    # Eight tags, five scenarios and four tenants; detection watches three of each
+    # (two tenants): the busiest scenarios and tenants, and the tags that served last,
+    # so the canary is still caught beside its release, though every old release
+    # served more tokens than it.
+    capped = settings.model_copy(update={"detect_max_group_values": 3, "detect_top_tenants": 2})
+    store(session, _many_tags())
+    analytics_pass.catch_up(session, capped)
+    since_us = T0 * US
+    watched = watched_groups(session, capped, ("assistant", "m"), since_us)
+    assert watched["deploy"][:2] == ["v1", "v2"] and len(watched["deploy"]) == 3
+    assert len(watched["scenario"]) == 3 and len(watched["tenant"]) == 2
+    found = [regression_to_json(r) for r in detect(session, capped).created]
+    (canary,) = [r for r in found if r["canary"] is not None]
+    assert canary["group"] == {"by": "deploy", "value": "v2"}
+    assert canary["canary"]["baseline"] == "v1"
