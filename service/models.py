@@ -379,8 +379,9 @@ class GroupRollup(RollupSums, Base):
     """Per minute, (service, model) and group (`group_by` `scenario`, `tenant` or
     `deploy`, and its value): the sums, TTFT histograms and the replica and
     leading-prefix sets of a chart row, from which the chart rows of groups are
-    derived (service.rollups.groups). An hour that is over keeps, per (service,
-    model, group_by), the `group_values_kept` values with the most prompt tokens."""
+    derived (service.rollups.groups). Each hour keeps, per (service, model,
+    group_by), at most `group_values_kept` values from its first write, the rest
+    summed in the value `service.rollups.groups.OTHER`."""
 
     __tablename__ = "group_rollups"
 

@@ -40,6 +40,23 @@ others' last request before it.
 The cost is one reload of W of traffic per batch with late records: the service
 should process records a little after they arrive (a grace delay) so that
 ordinary shipping jitter is not late.
+
+What a late record can change
+-----------------------------
+A late record l (ts t) changes the results of two sets of requests only:
+
+* the requests with ts in [t, t + W]: l is a carrier within their window (seen
+  blocks, the previous carrier that decides concurrent and expiry, the replica
+  that decides eviction). A request after t + W cannot have l within W, and l
+  does not change which of its earlier carriers is the most recent within W;
+* the next request of l's session after it (its predecessor is now l:
+  history_rewrite, is_opening), however far; the ones after keep theirs.
+
+And of the state at the watermark, only l's session's remembered request
+(`with_late_sessions`) when l falls over W before the watermark: the entries
+hold only carriers within W of the watermark. `late_spans` turns this into the
+hours to rebuild; the analytics pass rebuilds each span alone (reloading W before
+it and seeding its sessions, as above) and keeps every other hour.
 """
 
 from __future__ import annotations
@@ -142,6 +159,22 @@ class ReuseState:
             sessions = self.sessions.filter(pl.col("ts_us") < plan.reload_from_ts_us)
         return ReuseState(self.window_us, None, self.entries.clear(), sessions)
 
+    def with_late_sessions(self, late: pl.DataFrame) -> ReuseState:
+        """The state once the late records `late` (at or before the watermark) are
+        taken: each session's remembered request becomes its latest in (ts, id)
+        order, which may be a late one. Entries and watermark stay: a caller uses
+        this for late records over W before the watermark, which no entry holds."""
+        rows = late.filter(pl.col("session_id").is_not_null())
+        if rows.height == 0:
+            return self
+        rows = rows.select([pl.col(c).cast(t) for c, t in SESSION_SCHEMA.items()])
+        latest = (
+            pl.concat([self.sessions, rows])
+            .sort("ts_us", "id")
+            .unique("session_id", keep="last", maintain_order=True)
+        )
+        return ReuseState(self.window_us, self.watermark, self.entries, latest)
+
     def to_bytes(self) -> bytes:
         """A self-describing blob (header + two Arrow IPC streams) for the database."""
         meta = json.dumps(
@@ -224,3 +257,26 @@ def plan_from(state: ReuseState, from_ts_us: int) -> RecomputePlan:
     reload_from = from_ts_us - state.window_us
     dropped = state.sessions.filter(pl.col("ts_us") >= reload_from)["session_id"]
     return RecomputePlan(from_ts_us, reload_from, tuple(sorted(dropped.to_list())))
+
+
+def late_spans(
+    late_ts: list[int], successor_ts: list[int], window_us: int, bucket_us: int
+) -> list[tuple[int, int]]:
+    """The bucket-aligned spans [start, end) whose results late records at
+    `late_ts` can change (module docstring): each from its bucket to the bucket
+    after t + W, plus the bucket of each session successor in `successor_ts`;
+    sorted, overlapping or touching spans merged."""
+    spans = [
+        ((t // bucket_us) * bucket_us, ((t + window_us) // bucket_us + 1) * bucket_us)
+        for t in late_ts
+    ]
+    spans += [
+        ((t // bucket_us) * bucket_us, (t // bucket_us + 1) * bucket_us) for t in successor_ts
+    ]
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import polars as pl
-from sqlalchemy import Table, Text, func, select
+from sqlalchemy import Table, Text, and_, func, or_, select
 from sqlalchemy import cast as cast_
 from sqlalchemy.orm import Session
 
@@ -18,6 +18,7 @@ from service.models import (
     AnalyticsState,
     PrefixRollup,
     Rollup,
+    SegmentRollup,
 )
 from service.repository.locks import ingest_quiesced
 from service.repository.usage import USAGE_TABLE
@@ -26,6 +27,7 @@ from service.repository.usage import USAGE_TABLE
 
 ROLLUP_TABLE = cast(Table, Rollup.__table__)
 PREFIX_TABLE = cast(Table, PrefixRollup.__table__)
+_SEGMENT_TABLE = cast(Table, SegmentRollup.__table__)
 
 USAGE_FRAME_SCHEMA: dict[str, Any] = {
     "id": pl.Int64,
@@ -141,6 +143,19 @@ def delete_rollups_from(session: Session, from_bucket_us: int) -> None:
         session.execute(table.delete().where(table.c.bucket_us >= from_bucket_us))
 
 
+def delete_span_rollups(session: Session, from_us: int, to_us: int) -> None:
+    """The minute and hour `rollups` and `prefix_rollups` rows and the segment rollups
+    of [from_us, to_us) (hours): a span the pass rebuilds after late records. The
+    daily prefix rows straddle it and are rebuilt from the hours after."""
+    for table in (ROLLUP_TABLE, PREFIX_TABLE):
+        within = (table.c.bucket_us >= from_us) & (table.c.bucket_us < to_us)
+        session.execute(table.delete().where(within & (table.c.grain_s != 86_400)))
+    seg = _SEGMENT_TABLE.c
+    session.execute(
+        _SEGMENT_TABLE.delete().where((seg.bucket_us >= from_us) & (seg.bucket_us < to_us))
+    )
+
+
 def insert_rollups(session: Session, table: Table, frame: pl.DataFrame) -> None:
     if not frame.is_empty():
         session.execute(table.insert(), frame.to_dicts())
@@ -226,6 +241,24 @@ def load_session_seeds(
     return pl.concat(frames)
 
 
+def session_successor_ts(
+    session: Session, session_id: str, ts_us: int, record_id: int, up_to_id: int
+) -> int | None:
+    """The ts of the next record of a session after (ts_us, record_id) in (ts, id)
+    order among the ids up to `up_to_id` (one seek of the (session_id, ts_us)
+    index): the one request whose history_rewrite a late record can change."""
+    t = USAGE_TABLE.c
+    after = or_(t.ts_us > ts_us, and_(t.ts_us == ts_us, t.id > record_id))
+    query = (
+        select(t.ts_us)
+        .where(t.session_id == session_id, after, t.id <= up_to_id)
+        .order_by(t.ts_us, t.id)
+        .limit(1)
+    )
+    found = session.scalar(query)
+    return None if found is None else int(found)
+
+
 def distinct_models(session: Session, limit: int) -> list[str]:
     if (ch := clickhouse_of(session)) is not None:
         return ch_reads.distinct_models(ch, limit)
@@ -265,3 +298,19 @@ def max_usage_id(session: Session) -> int:
     (and releases it right after, see `ingest_quiesced`)."""
     with ingest_quiesced(session):
         return int(session.scalar(select(func.coalesce(func.max(USAGE_TABLE.c.id), 0))) or 0)
+
+
+def step_high_id(session: Session, after_id: int, up_to_id: int, records: int) -> int:
+    """The id of the `records`-th record after `after_id` (at most `up_to_id`): the
+    end of one step of the pass. Counted in records, not in ids, so gaps in the ids
+    (PostgreSQL burns one per conflicting insert) do not shrink the steps."""
+    t = USAGE_TABLE.c
+    ids = (
+        select(t.id)
+        .where(t.id > after_id, t.id <= up_to_id)
+        .order_by(t.id)
+        .limit(records)
+        .subquery()
+    )
+    found = session.scalar(select(func.max(ids.c.id)))
+    return up_to_id if found is None else int(found)

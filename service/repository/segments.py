@@ -64,8 +64,10 @@ def _bigint(value: Any) -> Any:
 
 
 def _in_range(models: Sequence[str], from_us: int | None, to_us: int | None) -> list[Any]:
+    """The rows of the models within the bounds, without the row of the names not
+    kept (`segments.FOLDED_NAME`: many names in one, never a finding's segment)."""
     c = SEGMENT_TABLE.c
-    where: list[Any] = [c.model.in_(models)]
+    where: list[Any] = [c.model.in_(models), c.name != segments.FOLDED_NAME]
     if from_us is not None:
         where.append(c.bucket_us >= from_us)
     if to_us is not None:
@@ -144,36 +146,24 @@ def frequent_variants(
 ) -> pl.DataFrame:
     """The rows (as stored) of the variants carried by at least `min_share` of the
     requests carrying their (model, name) in [from_us, to_us): template drift's
-    candidates, found by the database."""
+    candidates, found by the database in one scan (window sums per variant and per
+    name: joining grouped subqueries back to the table was a nested loop on SQLite,
+    quadratic in the names)."""
     c = SEGMENT_TABLE.c
-    where = _in_range(models, from_us, to_us)
-    carriers = (
-        select(c.model, c.name, func.sum(c.requests).label("carriers"))
-        .where(*where)
-        .group_by(c.model, c.name)
-        .subquery()
-    )
-    totals = (
-        select(c.model, c.name, c.hash, func.sum(c.requests).label("requests"))
-        .where(*where, c.hash != segments.FOLDED_HASH)
-        .group_by(c.model, c.name, c.hash)
-        .subquery()
-    )
-    frequent = (
-        select(totals.c.model, totals.c.name, totals.c.hash)
-        .join(carriers, (carriers.c.model == totals.c.model) & (carriers.c.name == totals.c.name))
-        .where(totals.c.requests >= min_share * carriers.c.carriers)
-        .subquery()
-    )
-    query = (
-        select(*[c[n] for n in _COLUMNS])
-        .join(
-            frequent,
-            (frequent.c.model == c.model)
-            & (frequent.c.name == c.name)
-            & (frequent.c.hash == c.hash),
+    columns = [c[n] for n in _COLUMNS]
+    requests = func.sum(c.requests)
+    sums = (
+        select(
+            *columns,
+            requests.over(partition_by=[c.model, c.name, c.hash]).label("variant_requests"),
+            requests.over(partition_by=[c.model, c.name]).label("carriers"),
         )
-        .where(*where)
+        .where(*_in_range(models, from_us, to_us))
+        .subquery()
+    )
+    s = sums.c
+    query = select(*[s[n] for n in _COLUMNS]).where(
+        s.hash != segments.FOLDED_HASH, s.variant_requests >= min_share * s.carriers
     )
     return _frame([tuple(r) for r in session.execute(query).all()])
 

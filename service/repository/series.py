@@ -171,10 +171,15 @@ def scope_values(
 # --- deriving them ---------------------------------------------------------------
 
 
-def delete_chart_from(session: Session, grain_s: int, from_us: int | None) -> None:
+def delete_chart_from(
+    session: Session, grain_s: int, from_us: int | None, to_us: int | None = None
+) -> None:
+    """Chart rows of one grain from `from_us` on (None: all), before `to_us` if given."""
     where = CHART_TABLE.c.grain_s == grain_s
     if from_us is not None:
         where &= CHART_TABLE.c.bucket_us >= from_us
+    if to_us is not None:
+        where &= CHART_TABLE.c.bucket_us < to_us
     session.execute(CHART_TABLE.delete().where(where))
 
 
@@ -301,9 +306,10 @@ _HOUR_US = 3600 * 1_000_000
 _DAY_US = 86_400 * 1_000_000
 
 
-def rebuild_prefix_days(session: Session, from_us: int | None) -> None:
+def rebuild_prefix_days(session: Session, from_us: int | None, to_us: int | None = None) -> None:
     """Daily `prefix_rollups` rows from the day holding `from_us` on (None: all),
-    summed by the database from the hourly rows (plain sums: exact)."""
+    up to the day holding `to_us - 1` if given, summed by the database from the
+    hourly rows (plain sums: exact)."""
     t = PREFIX_TABLE.c
     day_start = None if from_us is None else (from_us // _DAY_US) * _DAY_US
     stale = t.grain_s == 86_400
@@ -311,6 +317,10 @@ def rebuild_prefix_days(session: Session, from_us: int | None) -> None:
     if day_start is not None:
         stale &= t.bucket_us >= day_start
         hours &= t.bucket_us >= day_start
+    if to_us is not None:
+        day_end = -(-to_us // _DAY_US) * _DAY_US
+        stale &= t.bucket_us < day_end
+        hours &= t.bucket_us < day_end
     session.execute(PREFIX_TABLE.delete().where(stale))
     day = (t.bucket_us // _DAY_US) * _DAY_US
     keys = [t.service, t.model, t.replica, t.first_key]

@@ -9,14 +9,28 @@ A group's requests keep the per-request values the pass computed for them agains
 every earlier request to the model, whoever sent them: the scope of reuse stays the
 model, so a group's sums are exactly the sums of the records carrying its value.
 
-Cardinality is the risk: a field such as `tenant` may take 50,000 values, most with
-a request now and then. An hour that is over (`compact`) keeps, per (service, model,
-group field), the `keep` values with the most prompt tokens in that hour and drops
-the others' rows, so a finished hour holds at most `keep` series per field however
-many values it saw; the hour still open holds every value it has seen so far (at
-most one row per request). A group that is among the busiest every hour (the ones
-detection watches) is complete; one that is not has its quiet hours missing, and
-reads say so by counting only what is kept (docs/groups.md).
+Cardinality is the risk: a field such as `tenant` may hold user ids, 100,000 values
+in an hour, most with a request now and then. So every hour holds, per (service,
+model, group field), at most `keep` values of its own plus `OTHER`, from the first
+write on (`choose`, `fold`):
+
+* while the hour has fewer than `keep` values, a new value is admitted;
+* after that, a pass ranks the values it writes into an hour by their prompt tokens
+  in that hour: a kept value by its exact total so far plus the batch's, a new one
+  by the batch's alone. The `keep` first stay (ties: the kept value, then the
+  smaller); a kept
+  value that falls out has its rows of the hour moved into `OTHER`, a new value
+  that does not make it has its requests added to `OTHER` directly.
+
+`OTHER` is the rest: per minute, the sums, histograms and sets of the requests of
+every value not kept then. What is exact: the field's rows of an hour (kept values
+and `OTHER`) add up to the (service, model)'s requests that carry the field, always;
+a value's own numbers in an hour when it was kept all of that hour (a value
+admitted during the hour has its earlier requests in `OTHER`; one evicted has the
+whole hour there). One pass over a whole hour keeps exactly the `keep` busiest of
+the hour. Cost: a pass reads the kept values' token counts of the hours it writes
+(at most `keep` + 1 per field and minute) and folds its own records before making
+any row, so it grows with the records it reads, never with their distinct values.
 """
 
 import polars as pl
@@ -41,6 +55,20 @@ STORED_SCHEMA = {name: chart.CHART_SCHEMA[name] for name in STORED}
 _KEYS = ["grain_s", "bucket_us", "service", "model", *chart.GROUP_KEYS, "replica"]
 _MINUTE_US = 60 * 1_000_000
 _HOUR_US = 60 * _MINUTE_US
+#: The group value standing for every value not kept in its (service, model, field)
+#: and hour. Reserved: a record sending it is counted in the rest (docs/groups.md).
+OTHER = "(other)"
+#: What one hour's choice of values is made per.
+CHOICE_KEYS = ["hour_us", "service", "model", "group_by"]
+#: A value's prompt tokens in an hour: what `choose` ranks.
+TOKENS_SCHEMA: dict[str, pl.DataType] = {
+    "hour_us": pl.Int64(),
+    "service": pl.String(),
+    "model": pl.String(),
+    "group_by": pl.String(),
+    "group_value": pl.String(),
+    "prompt_tokens": pl.Int64(),
+}
 
 
 def _read_columns() -> list[str]:
@@ -66,12 +94,99 @@ def _long(joined: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(parts) if parts else pl.DataFrame()
 
 
-def minute_rows(joined: pl.DataFrame) -> pl.DataFrame:
+def per_group(joined: pl.DataFrame) -> pl.DataFrame:
+    """A batch of records joined with their results (`aggregate.join_results`), each
+    once per group field it carries a value of (`group_by`, `group_value`)."""
+    return _long(joined)
+
+
+def hour_tokens(frame: pl.DataFrame) -> pl.DataFrame:
+    """Per hour, (service, model, field) and value, the prompt tokens of `frame`
+    (requests `per_group`, or stored rows: both have `ts_us` or `bucket_us`).
+    `OTHER` is left out: it is never a candidate."""
+    if frame.is_empty():
+        return pl.DataFrame(schema=TOKENS_SCHEMA)
+    ts = "ts_us" if "ts_us" in frame.columns else "bucket_us"
+    return (
+        frame.filter(pl.col("group_value") != OTHER)
+        .group_by(
+            (pl.col(ts) // _HOUR_US * _HOUR_US).alias("hour_us"),
+            "service",
+            "model",
+            *chart.GROUP_KEYS,
+        )
+        .agg(pl.col("prompt_tokens").sum().cast(pl.Int64))
+        .select(list(TOKENS_SCHEMA))
+    )
+
+
+def choose(stored: pl.DataFrame, batch: pl.DataFrame, keep: int) -> pl.DataFrame:
+    """The values kept (`hour_tokens` rows) per hour and (service, model, field),
+    given the kept values' tokens so far (`stored`) and a batch's: the `keep` with
+    the most tokens, a kept value counting its stored and batch tokens, a new value
+    its batch tokens alone. Ties go to the kept value (a new one must have more to
+    evict it), then to the smaller value, so a rerun keeps the same."""
+    keys = [*CHOICE_KEYS, "group_value"]
+    both = pl.concat(
+        [
+            stored.select(*TOKENS_SCHEMA.keys(), pl.lit(True).alias("stored")),
+            batch.select(*TOKENS_SCHEMA.keys(), pl.lit(False).alias("stored")),
+        ]
+    )
+    return (
+        both.group_by(keys)
+        .agg(pl.col("prompt_tokens").sum(), pl.col("stored").any())
+        .sort("prompt_tokens", "stored", "group_value", descending=[True, True, False])
+        .filter(pl.int_range(pl.len()).over(CHOICE_KEYS) < keep)
+        .select(keys)
+    )
+
+
+def fold(frame: pl.DataFrame, kept: pl.DataFrame) -> pl.DataFrame:
+    """`frame` (requests `per_group`, or stored rows) with every value not `kept` in
+    its hour renamed `OTHER` (rows of one key may then repeat: merge them)."""
+    if frame.is_empty():
+        return frame
+    ts = "ts_us" if "ts_us" in frame.columns else "bucket_us"
+    keys = [*CHOICE_KEYS, "group_value"]
+    marked = frame.with_columns((pl.col(ts) // _HOUR_US * _HOUR_US).alias("hour_us")).join(
+        kept.with_columns(pl.lit(True).alias("_kept")), on=keys, how="left", maintain_order="left"
+    )
+    value = pl.when(pl.col("_kept")).then(pl.col("group_value")).otherwise(pl.lit(OTHER))
+    return marked.with_columns(value.alias("group_value")).select(frame.columns)
+
+
+def evicted_from(stored: pl.DataFrame, kept: pl.DataFrame) -> int | None:
+    """The first minute of the stored rows (`bucket_us` and the keys) of a value that
+    is no longer kept (`choose`), whose rows must move into `OTHER`; None if none."""
+    if stored.is_empty():
+        return None
+    own = stored.filter(pl.col("group_value") != OTHER)
+    moved = fold(own, kept).filter(pl.col("group_value") == OTHER)
+    return None if moved.is_empty() else int(moved["bucket_us"].min())  # type: ignore[arg-type]
+
+
+def minute_rows(joined: pl.DataFrame, kept: pl.DataFrame | None = None) -> pl.DataFrame:
     """The groups' minute rows of a batch of records joined with their results
-    (`aggregate.join_results`)."""
-    long = _long(joined)
+    (`aggregate.join_results`); with `kept` (`choose`), the values not kept folded
+    into `OTHER` first."""
+    return rows_of(per_group(joined), kept)
+
+
+def whole_hours_rows(joined: pl.DataFrame, keep: int) -> pl.DataFrame:
+    """`minute_rows` of a batch holding whole hours (nothing of them stored): each
+    hour's `keep` values with the most prompt tokens, the rest in `OTHER`."""
+    long = per_group(joined)
+    tokens = hour_tokens(long)
+    return rows_of(long, choose(tokens.clear(), tokens, keep))
+
+
+def rows_of(long: pl.DataFrame, kept: pl.DataFrame | None = None) -> pl.DataFrame:
+    """`minute_rows` of requests already `per_group`."""
     if long.is_empty():
         return pl.DataFrame(schema=STORED_SCHEMA)
+    if kept is not None:
+        long = fold(long, kept)
     rows = aggregate.finish(
         aggregate.rollup_sums(long, 60, _KEYS), aggregate.ttft_counts(long, 60, _KEYS), _KEYS
     )
@@ -101,24 +216,14 @@ def merge(frames: list[pl.DataFrame]) -> pl.DataFrame:
 
 
 def compact(rows: pl.DataFrame, keep: int) -> pl.DataFrame:
-    """The rows of finished hours that stay: per hour, (service, model) and group
-    field, those of the `keep` values with the most prompt tokens in the hour (ties:
-    the smaller value, so a rerun keeps the same ones)."""
+    """`rows` with, per hour, (service, model) and group field, the values beyond the
+    `keep` with the most prompt tokens in the hour (ties: the smaller value) folded
+    into `OTHER`: the cap of rows written before it applied from the first write
+    (or by `minute_rows` without `kept`). Totals stay exact."""
     if rows.is_empty():
         return rows
-    hour = (pl.col("bucket_us") // _HOUR_US).alias("hour")
-    per_value = (
-        rows.group_by(hour, "service", "model", *chart.GROUP_KEYS)
-        .agg(pl.col("prompt_tokens").sum())
-        .sort("prompt_tokens", "group_value", descending=[True, False])
-        .with_columns(
-            pl.int_range(1, pl.len() + 1).over("hour", "service", "model", "group_by").alias("rank")
-        )
-        .filter(pl.col("rank") <= keep)
-        .select("hour", "service", "model", *chart.GROUP_KEYS)
-    )
-    return (
-        rows.with_columns(hour)
-        .join(per_value, on=["hour", "service", "model", *chart.GROUP_KEYS], how="semi")
-        .drop("hour")
-    )
+    tokens = hour_tokens(rows)
+    kept = choose(tokens.clear(), tokens, keep)
+    if kept.height == tokens.height:
+        return rows
+    return merge([fold(rows, kept)])

@@ -24,11 +24,24 @@ folded), and an hour of a segment holding a timestamp is one row, not one per
 request. A template drift's variants (5% of the requests or more by default) keep
 their rows; a `CACHEWATCH_FINDING_DRIFT_VARIANT_SHARE` below `KEEP_SHARE` would not
 see, in such hours, the variants folded away.
+
+Names and scenarios are capped from the first write (`capped`), as the groups'
+values are (`service.rollups.groups`): a document id in a segment name, or a user id
+in `scenario`, would otherwise make a row per request that no compaction folds. Per
+hour and (service, model), at most `VALUES_KEPT` names and as many scenarios keep
+rows of their own, the ones carried by the most requests: a name or scenario
+already kept counts its hour so far plus the batch, a new one the batch alone (ties:
+the one kept, then the smaller). The other names fold into one row per scenario with name
+`FOLDED_NAME` and hash `FOLDED_HASH` (its `folded` counts the variant rows folded
+in; no finding reads it), the other scenarios into `groups.OTHER`. A name kept all
+hour has exact rows; the findings never read the folded name.
 """
 
 from __future__ import annotations
 
 import polars as pl
+
+from service.rollups.groups import OTHER
 
 #: A (service, model, name) with more distinct hashes than this in an hour that is
 #: over keeps only its KEEP most used ones as rows of their own.
@@ -37,6 +50,12 @@ KEEP = 32
 KEEP_SHARE = 0.01
 #: The hash of the row holding the folded variants.
 FOLDED_HASH = ""
+#: Per hour and (service, model), the segment names and the scenarios kept as rows of
+#: their own from the first write (`capped`); a stable service has a handful.
+VALUES_KEPT = 64
+#: The name of the row holding the names not kept: no segment has it (a name is 1 to
+#: 200 characters).
+FOLDED_NAME = ""
 
 HOUR_US = 3600 * 1_000_000
 KEYS = ["bucket_us", "service", "model", "scenario", "name", "hash"]
@@ -183,11 +202,85 @@ def _summed(rows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def compact(rows: pl.DataFrame, over_before_us: int) -> pl.DataFrame:
-    """`rows` with every hour before `over_before_us` compacted (module docstring).
-    Hours from `over_before_us` on, and groups with few hashes, are left alone."""
+def capped(stored: pl.DataFrame, batch: pl.DataFrame) -> pl.DataFrame:
+    """The stored rows of some hours and a batch's rows merged, with per hour and
+    (service, model) the names and then the scenarios beyond the `VALUES_KEPT`
+    carried by the most requests folded (module docstring)."""
+    stored, batch = (f.select(list(SCHEMA)).cast(SCHEMA) for f in (stored, batch))  # type: ignore[arg-type]
+    kept = _kept(stored, batch, "name", FOLDED_NAME)
+    stored, batch = (_fold_names(f, kept) for f in (stored, batch))
+    kept = _kept(stored, batch, "scenario", "")
+    renamed = [
+        f.join(kept.with_columns(pl.lit(True).alias("_kept")), on=kept.columns, how="left")
+        .with_columns(
+            pl.when(pl.col("_kept") | (pl.col("scenario") == ""))
+            .then(pl.col("scenario"))
+            .otherwise(pl.lit(OTHER))
+            .alias("scenario")
+        )
+        .drop("_kept")
+        for f in (stored, batch)
+    ]
+    return merge(renamed)
+
+
+def _kept(stored: pl.DataFrame, batch: pl.DataFrame, column: str, rest: str) -> pl.DataFrame:
+    """Per hour and (service, model), the `VALUES_KEPT` values of `column` carried by
+    the most requests (stored and batch rows of a kept value, batch rows alone of a
+    new one; ties go to a stored one, then to the smaller); `rest` and `OTHER` are
+    never candidates."""
+    hour = ["bucket_us", "service", "model"]
+    both = pl.concat(
+        [stored.with_columns(stored=pl.lit(True)), batch.with_columns(stored=pl.lit(False))]
+    ).filter(~pl.col(column).is_in([rest, OTHER]))
+    return (
+        both.group_by([*hour, column])
+        .agg(pl.col("requests").sum(), pl.col("stored").any())
+        .sort("requests", "stored", column, descending=[True, True, False])
+        .filter(pl.int_range(pl.len()).over(hour) < VALUES_KEPT)
+        .select(*hour, column)
+    )
+
+
+def _fold_names(rows: pl.DataFrame, kept: pl.DataFrame) -> pl.DataFrame:
+    """`rows` with those of names not `kept` summed into one row per hour, (service,
+    model) and scenario, named `FOLDED_NAME`."""
     if rows.is_empty():
         return rows
+    marked = rows.join(
+        kept.with_columns(pl.lit(True).alias("_kept")), on=kept.columns, how="left"
+    ).with_columns(pl.col("_kept").fill_null(False))
+    folded = (
+        marked.filter(~pl.col("_kept"))
+        .group_by("bucket_us", "service", "model", "scenario")
+        .agg(
+            pl.lit(FOLDED_NAME).alias("name"),
+            pl.lit(FOLDED_HASH).alias("hash"),
+            pl.lit(None, pl.String).alias("norm_hash"),
+            pl.col("tokens").max(),
+            (pl.col("folded").sum() + (pl.col("hash") != FOLDED_HASH).sum())
+            .cast(pl.Int64)
+            .alias("folded"),
+            *[pl.col(c).sum().cast(pl.Int64) for c in COUNTS if c != "folded"],
+        )
+        .select(list(SCHEMA))
+    )
+    return pl.concat([marked.filter(pl.col("_kept")).drop("_kept"), folded]).cast(SCHEMA)  # type: ignore[arg-type]
+
+
+def compact(rows: pl.DataFrame, over_before_us: int) -> pl.DataFrame:
+    """`rows` with every hour before `over_before_us` compacted (module docstring),
+    its names and scenarios `capped` too (rows written before the cap, or without
+    it). Hours from `over_before_us` on, and groups with few hashes, are left
+    alone."""
+    if rows.is_empty():
+        return rows
+    rows = pl.concat(
+        [
+            capped(rows.filter(pl.col("bucket_us") < over_before_us), empty()),
+            rows.filter(pl.col("bucket_us") >= over_before_us).select(list(SCHEMA)),
+        ]
+    )
     over = rows.filter(pl.col("bucket_us") < over_before_us)
     rest = rows.filter(pl.col("bucket_us") >= over_before_us)
     variant = pl.col("hash") != FOLDED_HASH

@@ -34,4 +34,9 @@ def catch_up_before_read(
     if settings.clickhouse_url:
         time.sleep(settings.clickhouse_visibility_lag_s)
     with factory.begin() as session:
-        return analytics_pass.catch_up(session, settings)
+        report = analytics_pass.catch_up_step(session, settings)
+    while report.more:  # a transaction per step (ingestion gets in between), up to
+        with factory.begin() as session:  # the records committed before the first
+            step = analytics_pass.catch_up_step(session, settings, report.until_id)
+        report = report.plus(step)
+    return report

@@ -38,14 +38,14 @@ def test_the_pass_rebuilds_only_the_days_with_data(
     """Before: every day between 1970 and now was rebuilt (20,000 days, minutes of
     CPU, the service answering 503 meanwhile)."""
     post(client, ingest_headers, [record("now", NOW_S)])
-    rebuilt: list[int] = []
-    real = chart_rollups._rebuild_day
+    rebuilt: list[tuple[int, int]] = []
+    real = chart_rollups._rebuild
 
-    def spy(session: Session, day_us: int, from_us: int) -> None:
-        rebuilt.append(day_us)
-        real(session, day_us, from_us)
+    def spy(session: Session, from_us: int, end_us: int, to_us: int | None = None) -> None:
+        rebuilt.append((from_us // 86_400_000_000 * 86_400_000_000, end_us))
+        real(session, from_us, end_us, to_us)
 
-    monkeypatch.setattr(chart_rollups, "_rebuild_day", spy)
+    monkeypatch.setattr(chart_rollups, "_rebuild", spy)
     settings = client.app.state.settings  # type: ignore[attr-defined]
     analytics_pass.catch_up(session, settings)
     post(client, ingest_headers, [record("epoch", 0)])  # late: a recompute from 1970
@@ -53,9 +53,11 @@ def test_the_pass_rebuilds_only_the_days_with_data(
     analytics_pass.catch_up(session, settings)
     assert time.perf_counter() - started < 10
     today = (NOW_S // 86_400) * 86_400 * 1_000_000
-    assert rebuilt == [today, 0, today]  # the forward pass; the recompute from 1970
-    chart_rollups.rebuild_from(session, None)  # a full rebuild: two days too
-    assert rebuilt[3:] == [0, today]
+    day = 86_400 * 1_000_000
+    # The forward pass; the late one's own day (its hours, not every later day).
+    assert rebuilt == [(today, today + day), (0, day)]
+    chart_rollups.rebuild_from(session, None)  # a full rebuild: the two days, in one batch
+    assert rebuilt[2:] == [(0, today + day)]
 
 
 def test_metrics_without_a_range_count_the_buckets_that_hold_data(

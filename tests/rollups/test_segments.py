@@ -4,6 +4,7 @@ import orjson
 import polars as pl
 
 from service.rollups import segments
+from service.rollups.groups import OTHER
 
 HOUR = segments.HOUR_US
 
@@ -110,3 +111,54 @@ def test_shared_and_distinct_static_texts_give_the_same_rows() -> None:
     key = ["name", "lost_tokens"]
     assert shared.sort(key).select(key).equals(alone.sort(key).select(key))
     assert shared.height == 12
+
+
+def _named(n: int, start: int = 0, scenario: str | None = None) -> pl.DataFrame:
+    """A batch of n requests, each with the stable `tools` and a segment named after
+    it (a document id in the name)."""
+    return segments.segment_sums(
+        _joined(
+            [
+                {
+                    "scenario": scenario,
+                    "segments": [
+                        {"name": "tools", "hash": "t", "tokens": 100},
+                        {"name": f"doc-{start + i}", "hash": "d", "tokens": 50},
+                    ],
+                }
+                for i in range(n)
+            ]
+        )
+    )
+
+
+def test_names_are_capped_from_the_first_write_and_the_rest_folded() -> None:
+    rows = segments.capped(segments.empty(), _named(200))
+    names = set(rows["name"])
+    assert len(names) == segments.VALUES_KEPT + 1 and segments.FOLDED_NAME in names
+    assert "tools" in names  # carried by every request: kept first
+    assert int(rows["requests"].sum()) == 400  # every (request, segment) still counted
+    folded = rows.filter(pl.col("name") == segments.FOLDED_NAME)
+    assert folded["hash"].to_list() == [segments.FOLDED_HASH]
+    assert folded["folded"].to_list() == [200 - segments.VALUES_KEPT + 1]
+    # A later batch of new names: the kept ones stay, the new ones fold, nothing grows.
+    again = segments.capped(rows, _named(200, start=1000))
+    assert set(again["name"]) == names
+    assert again.height == rows.height and int(again["requests"].sum()) == 800
+
+
+def test_scenarios_are_capped_too_but_none_is_never_folded() -> None:
+    batch = pl.concat([_named(1, i, scenario=f"user-{i}") for i in range(100)])
+    batch = pl.concat([batch, _named(3, 500)])  # no scenario: ''
+    rows = segments.capped(segments.empty(), batch)
+    scenarios = set(rows["scenario"])
+    assert "" in scenarios and OTHER in scenarios
+    assert len(scenarios - {"", OTHER}) <= segments.VALUES_KEPT
+    assert int(rows["requests"].sum()) == 206
+
+
+def test_compaction_caps_the_names_of_rows_written_before_the_cap() -> None:
+    uncapped = segments.merge([_named(100)])
+    compacted = segments.compact(uncapped, HOUR)
+    assert compacted["name"].n_unique() == segments.VALUES_KEPT + 1
+    assert int(compacted["requests"].sum()) == 200

@@ -280,3 +280,76 @@ def test_segment_rollups_of_many_passes_equal_one_pass(tmp_path: Any) -> None:
     assert many == one
     folded = [r for r in one if r[5] == ""]  # hash '': the volatile hours, compacted
     assert len(folded) == 2  # the two hours that ended; the last one is still open
+
+
+def _tenant_rows(session: Session) -> pl.DataFrame:
+    from service.repository import groups as groups_repo
+
+    rows = groups_repo.load_group_rollups(session, None, None)
+    return rows.filter(pl.col("group_by") == "tenant").with_columns(
+        (pl.col("bucket_us") // HOUR_US).alias("hour")
+    )
+
+
+def test_the_open_hour_keeps_its_busiest_tenants_from_the_first_write(
+    session: Session, settings: Settings
+) -> None:
+    """Passes in one open hour, each bringing 10 new tenants: the hour holds 3 tenants
+    and the rest (`OTHER`) after every pass, the tenant rows add up to every record,
+    and the busy tenant sending in every pass is kept with its exact numbers."""
+    from service.rollups import groups
+
+    settings = settings.model_copy(update={"group_values_kept": 3})
+    for k in range(5):
+        batch = [rec(f"big{k}", T0 + k * 600, [1, 2], tenant="big", prompt_tokens=1_000)]
+        batch += [
+            rec(f"n{k}-{i}", T0 + k * 600 + i + 1, [1, 2], tenant=f"n{k}-{i}", prompt_tokens=100)
+            for i in range(10)
+        ]
+        store(session, batch)
+        catch_up(session, settings)
+        tenants = _tenant_rows(session)
+        assert tenants["group_value"].n_unique() <= 4
+        assert int(tenants["requests"].sum()) == 11 * (k + 1)
+        assert int(tenants["prompt_tokens"].sum()) == 2_000 * (k + 1)
+    big = tenants.filter(pl.col("group_value") == "big")
+    assert (int(big["requests"].sum()), int(big["prompt_tokens"].sum())) == (5, 5_000)
+    assert groups.OTHER in set(tenants["group_value"])
+
+
+def test_hours_written_before_the_cap_are_folded_once_they_are_over(
+    session: Session, settings: Settings
+) -> None:
+    """Group rows of an hour holding more values than kept (written before the cap
+    applied from the first write) are folded into `OTHER` by the next pass that
+    passes that hour, their sums unchanged."""
+    from service.repository import groups as groups_repo
+    from service.rollups import groups
+
+    settings = settings.model_copy(update={"group_values_kept": 2})
+    store(session, [rec(f"r{i}", T0 + i, [1, 2], tenant=f"t{i}") for i in range(6)])
+    catch_up(session, settings)
+    # As the code before the cap left them: every value of the (then open) hour.
+    folded = _tenant_rows(session)
+    groups_repo.delete_group_rollups(session, T0 * US)
+    joined = aggregate_joined(session, settings.reuse_window_s)
+    uncapped = groups.minute_rows(joined)
+    groups_repo.insert_group_rollups(session, uncapped)
+    # What a span of whole hours writes (a rebuild): the kept values, as the pass.
+    whole = groups.whole_hours_rows(joined, 2).filter(pl.col("group_by") == "tenant")
+    assert set(whole["group_value"]) == set(folded["group_value"])
+    assert _tenant_rows(session)["group_value"].n_unique() == 6
+    store(session, [rec("later", T0 + 3_600 + 5, [1, 2], tenant="t9")])
+    catch_up(session, settings)
+    hour = _tenant_rows(session).filter(pl.col("hour") == T0 * US // HOUR_US)
+    assert set(hour["group_value"]) == set(folded["group_value"])
+    assert int(hour["requests"].sum()) == 6
+
+
+def aggregate_joined(session: Session, window_s: float) -> pl.DataFrame:
+    """Every stored record joined with its values, as the pass joins them."""
+    from service.rollups import aggregate
+
+    records = repository.load_usage_frame(session)
+    results, _ = compute_request_metrics(records, window_s)
+    return aggregate.join_results(records, results)

@@ -154,3 +154,29 @@ def test_the_daily_prefix_rows_restart_from_their_hours(
     assert prefix_days(session) == [d for d in days if d[1] == second_day]  # that day on
     chart_rollups.rebuild_prefix_days(session, None)
     assert prefix_days(session) == days
+
+
+def test_a_span_is_rebuilt_alone_and_days_go_in_batches(
+    session: Session, built: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rebuild_between` replaces the rows of the buckets overlapping its hours (the
+    day holding them rebuilt whole from its hours) and no other; a full rebuild
+    takes whole days in batches of about BATCH_HOURS hours with data."""
+    start = (T0 // 3600 + 3) * 3600 * US
+    end = start + 7200 * US
+    in_span = (ChartRollup.bucket_us >= start) & (ChartRollup.bucket_us < end)
+    its_day = (ChartRollup.grain_s == 86_400) & (ChartRollup.bucket_us == start // DAY_US * DAY_US)
+    session.execute(delete(ChartRollup).where(in_span | its_day))
+    next_day = (start // DAY_US + 1) * DAY_US + 3600 * US  # a day not rebuilt
+    later = ChartRollup.bucket_us == next_day
+    session.execute(update(ChartRollup).where(later).values(requests=-1))  # left alone
+    chart_rollups.rebuild_between(session, start, end)
+    marked = [{**r, "requests": -1} if r["bucket_us"] == next_day else r for r in built]
+    assert chart_rows(session) == marked
+
+    hour = 3600 * US
+    monkeypatch.setattr(chart_rollups, "BATCH_HOURS", 3)
+    hours = [0, hour, DAY_US, 2 * DAY_US + hour, 9 * DAY_US]
+    assert chart_rollups._day_batches(hours) == [(0, 2 * DAY_US), (2 * DAY_US, 10 * DAY_US)]
+    chart_rollups.rebuild_from(session, None)
+    assert chart_rows(session) == built
