@@ -20,11 +20,14 @@ import polars as pl
 from dashboards.filters import US, View
 from dashboards.markers import Markers, apply_markers, event_points, markers_from
 from dashboards.plotting import HIT, base_figure, line_trace, plot_text, plot_ts, rounded
+from service.analytics.definitions import RATIOS, ratio_expr, ratios
 from service.rfc3339 import us_to_rfc3339
 from service.services.dashboard_groups import DeployTags
 from service.services.events import event_to_json
 from service.services.regressions import regression_to_json
 
+#: The sums a hit rate divides (RATIOS' definition, its one home).
+HIT_RATE_SUMS = (RATIOS["hit_rate"].numerator, RATIOS["hit_rate"].denominator)
 #: Tags drawn: the canary and the busiest others.
 MAX_TAGS = 6
 CANARY = "#d63384"
@@ -36,8 +39,9 @@ def _ts(us: int) -> str:
 
 
 def _rate(frame: pl.DataFrame) -> float | None:
-    prompt = int(frame["prompt_tokens"].sum()) if frame.height else 0
-    return int(frame["cached_tokens"].sum()) / prompt if prompt else None
+    """The hit rate of the frame's rows summed (`definitions.ratios`)."""
+    sums = {n: int(frame[n].sum()) if frame.height else 0 for n in HIT_RATE_SUMS}
+    return ratios(sums, ("hit_rate",))["hit_rate"]
 
 
 def _served(sums: pl.DataFrame, tag: str) -> pl.DataFrame:
@@ -103,13 +107,7 @@ def tags_figure(tags: DeployTags, view: View) -> go.Figure:
     xs = [plot_ts(us_to_rfc3339(b)) for b in grid]
     figure = base_figure(320)
     for index, tag in enumerate(tags.drawn):
-        rates = {
-            bucket: cached / prompt
-            for bucket, prompt, cached in _served(tags.sums, tag)
-            .select("bucket_us", "prompt_tokens", "cached_tokens")
-            .rows()
-            if prompt
-        }
+        rates = dict(_served(tags.sums, tag).select("bucket_us", ratio_expr("hit_rate")).rows())
         ys = [rounded(rates.get(b)) for b in grid]
         is_canary = tag == tags.canary
         color = CANARY if is_canary else OLDER[(index - 1) % len(OLDER)]
@@ -166,7 +164,9 @@ def tags_payload(tags: DeployTags, view: View) -> dict[str, Any]:
         "first_seen": us_to_rfc3339(tags.first_us[tags.canary]),
         **facts,
         "tags": tag_rows(tags),
-        "not_drawn": len(tags.entries) - len(tags.drawn),
+        "not_drawn": tags.total - len(tags.drawn),
+        # Tags beyond the busiest the panel considers: counted, not listed.
+        "not_listed": tags.total - len(tags.entries),
         "sub": sub_text(tags, facts),
         "figure": tags_figure(tags, view).to_plotly_json(),
         "bucket_us": view.bucket_s * US,

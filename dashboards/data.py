@@ -36,6 +36,9 @@ CAPACITY_MAX_REQUESTS = REPLAY_MAX_REQUESTS
 CAPACITY_WAIT_S = 0.2
 MAX_EVENTS = 500
 TOP_PREFIXES = 20
+#: Findings the panel lists, the worst; the rest are counted (`GET /v1/findings`
+#: pages through all of them).
+MAX_FINDING_ROWS = 50
 
 FINGERPRINT_HINT = (
     "Send `block_hashes` (with `block_size`) or `prefix_hash` (with `prefix_tokens`) "
@@ -412,8 +415,18 @@ def findings_payload(session: Session, settings: Settings, ctx: Context) -> dict
     """The findings panel: the anti-patterns of the view (service, model, range),
     worst first, each with its evidence and fix, and what the range's records lack."""
     result = dashboard.read_findings(session, settings, ctx.selection, ctx.window)
+    shown = result.findings[:MAX_FINDING_ROWS]
+    more = len(result.findings) - len(shown)
     return {
-        "findings": [finding_row(f) for f in result.findings],
+        "findings": [finding_row(f) for f in shown],
+        "total": len(result.findings),
+        "more": more,
         **findings_words(result, settings.finding_min_share),
+        "more_note": (
+            f"{more:,} more finding{'' if more == 1 else 's'} not shown (the "
+            f"{len(shown)} that waste the most are; GET /v1/findings lists every one)."
+            if more
+            else None
+        ),
         "docs": FINDINGS_DOCS,
     }

@@ -6,7 +6,8 @@ deploy tags side by side (`dashboards.canary`).
 
 The rows are the entries `GET /v1/groups` answers for the same scope and range
 (`service.services.dashboard_groups`), dollars worded by `service.alerts.money`;
-the busiest MAX_GROUP_ROWS are shown, the rest counted. A sparkline is the value's
+the busiest MAX_GROUP_ROWS are read and shown (the database ranks them), the rest
+counted. A sparkline is the value's
 hit rate per sparkline bucket, null where it had no prompt tokens: the page draws
 it as a small inline SVG, breaking the line there."""
 
@@ -21,6 +22,7 @@ from dashboards.data import MAX_EVENTS, Context
 from dashboards.filters import DAY_S, US, auto_bucket, format_duration
 from dashboards.page import scope_words
 from service.alerts.money import usd
+from service.analytics.definitions import ratio_expr
 from service.rfc3339 import us_to_rfc3339
 from service.rollups.chart import GROUP_BYS, Group
 from service.services import dashboard_groups
@@ -54,10 +56,10 @@ def sparkline(
     count = max(0, -(-(to_us - start) // bucket_us))
     line: list[float | None] = [None] * count
     rows = sums.filter(pl.col("value") == value)
-    for bucket, prompt, cached in rows.select("bucket_us", "prompt_tokens", "cached_tokens").rows():
+    for bucket, rate in rows.select("bucket_us", ratio_expr("hit_rate")).rows():
         index = (bucket - start) // bucket_us
-        if 0 <= index < count and prompt:
-            line[index] = round(cached / prompt, 4)
+        if 0 <= index < count and rate is not None:
+            line[index] = round(rate, 4)
     return line
 
 
@@ -125,10 +127,10 @@ def groups_table(reading: dashboard_groups.GroupsReading, ctx: Context) -> dict[
         "by": reading.by,
         "bys": list(GROUP_BYS),
         "rows": rows,
-        "more": len(reading.entries) - len(rows),
+        "more": reading.total - len(rows),
         "spark_bucket": format_duration(bucket_s),
         "spark_from": us_to_rfc3339((view.from_us // (bucket_s * US)) * bucket_s * US),
-        **table_words(reading.by, len(rows), len(reading.entries), view.group, bucket_s),
+        **table_words(reading.by, len(rows), reading.total, view.group, bucket_s),
     }
 
 

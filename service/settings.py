@@ -7,6 +7,8 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 1024 * 1024
+#: The most entries a page of a paged read may be configured to hold.
+READ_PAGE_CEILING = 1_000_000
 
 
 class Settings(BaseSettings):
@@ -41,6 +43,15 @@ class Settings(BaseSettings):
     # past it a request is answered 503 with Retry-After (service/ingest/inflight.py).
     # At least what one body at both limits takes (the default: 714 MiB).
     max_inflight_bytes: int = Field(1024 * MiB, gt=0)
+    # Rejected records kept per body (service/services/rejected.py, docs/ingestion.md):
+    # the first `rejected_sample_per_reason` of each distinct reason, for at most
+    # `rejected_reasons_per_body` reasons, then one row per reason counting the rest;
+    # and at most `rejected_rows_per_minute` sample rows across bodies per minute
+    # (past it a body keeps one row that counts its rejections). The answer's counts
+    # stay exact whatever is kept.
+    rejected_sample_per_reason: int = Field(10, ge=1, le=10_000)
+    rejected_reasons_per_body: int = Field(100, ge=1, le=10_000)
+    rejected_rows_per_minute: int = Field(10_000, ge=0)
     # Raw usage records and rejected records older than this are deleted (rollups,
     # regressions, events and alerts are kept): see service/services/retention.py.
     retention_days: int = Field(30, gt=0)
@@ -59,6 +70,15 @@ class Settings(BaseSettings):
     # database lock, so it runs once at a time either way.
     run_jobs: bool = True
     analytics_interval_s: int = Field(30, gt=0)
+    # The analytics pass commits in steps of at most this many new records (by arrival
+    # id), each in its own transaction: on SQLite a step holds the write lock for
+    # about a second, so ingestion never waits long on the pass (docs/ingestion.md,
+    # "Late records and the pass"). Smaller steps cost more when records arrive out
+    # of time order: a step's records older than the one before's are late records.
+    analytics_step_records: int = Field(100_000, ge=1)
+    # ... and of at most about this many rollup minutes (a late record counting the
+    # hours it makes the pass rebuild): sparse records cost by the buckets they touch.
+    analytics_step_minutes: int = Field(300, ge=1)
     # The lasting-drop rule (contract sections 5 and 5c): at least this much absolute
     # and relative hit-rate drop, lasting at least `detect_min_duration_s` (in whole
     # detection buckets, rounded up).
@@ -75,10 +95,21 @@ class Settings(BaseSettings):
     # of each (service, model), and compares a newer deploy tag with the older one.
     detect_top_tenants: int = Field(20, ge=0)
     detect_groups: bool = True
+    # Detection examines at most this many values of each group field per (service,
+    # model) and pass (docs/detection.md, "Bounded work"): the busiest scenarios (and
+    # tenants, at most `detect_top_tenants`), and the deploy tags that served last.
+    # A build number per deploy or a user id per scenario costs one (service, model)
+    # this many series, and never holds up the others' detection.
+    detect_max_group_values: int = Field(200, ge=1)
     # An hour that is over keeps the rollups of at most this many values per (service,
     # model) and group field (the busiest by prompt tokens in that hour): 50,000
     # tenants are not 50,000 series per bucket.
     group_values_kept: int = Field(50, ge=1)
+    # Paged reads (`GET /v1/groups`, `GET /v1/findings`, docs/groups.md): a request
+    # without `limit` answers `read_page_limit` entries, one with a larger `limit`
+    # than `read_page_max` that many; the next page is in the `Link` header.
+    read_page_limit: int = Field(1000, ge=1, le=READ_PAGE_CEILING)
+    read_page_max: int = Field(10_000, ge=1, le=READ_PAGE_CEILING)
     # Slack alerts (service.alerts, docs/alerts.md). The delivery job runs every
     # `alerts_interval_s`; the HTTP timeout must stay well under the lease, or a second
     # worker could take over an alert whose message is still in flight.
@@ -119,6 +150,15 @@ class Settings(BaseSettings):
     # the pass) waits this long for it, then skips: the command says so on stderr and
     # exits 75, the job logs one warning and runs again at its next interval.
     pass_lock_wait_s: float = Field(60.0, ge=0)
+
+    @model_validator(mode="after")
+    def _page_limit_within_max(self) -> "Settings":
+        if self.read_page_limit > self.read_page_max:
+            raise ValueError(
+                f"read_page_limit ({self.read_page_limit}) is more than read_page_max "
+                f"({self.read_page_max})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_body_fits_the_inflight_budget(self) -> "Settings":

@@ -325,7 +325,7 @@
     docs.href = data.docs.href;
     docs.hidden = false;
     loadFindingRows(data.findings);
-    setNote("findings", data.note);
+    setNote("findings", data.note || data.more_note);
     loadMissing(data.missing);
   }
 
@@ -429,7 +429,8 @@
     const tags = canary.tags.map((t) =>
       t.tag + (t.canary ? " (canary)" : "") + ": " + count(t.requests) + " requests, hit rate " + pct(t.hit_rate) +
       (t.first_seen ? ", first seen " + t.first_seen.replace("T", " ").replace("Z", "") : "") + (t.drawn ? "" : " (not drawn)"));
-    document.getElementById("canary-tags").textContent = "In this range: " + tags.join(" · ") + ".";
+    const unlisted = canary.not_listed ? " · and " + count(canary.not_listed) + " more tags with fewer prompt tokens" : "";
+    document.getElementById("canary-tags").textContent = "In this range: " + tags.join(" · ") + unlisted + ".";
     await draw("canary", canary.figure);
   }
 

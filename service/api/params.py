@@ -2,11 +2,13 @@
 
 from typing import Annotated, Any
 
-from fastapi import Header, HTTPException, Query
+from fastapi import Header, HTTPException, Query, Request, Response
 
 from service.api.schemas import CONTENT_ENCODING_PATTERN, NO_NUL, TS_SCHEMA, TS_TEXT_PATTERN
 from service.ingest.timestamps import parse_ts_text
 from service.rollups.chart import Group
+from service.services.paging import Page, Paged
+from service.settings import READ_PAGE_CEILING, Settings
 
 
 # No stored text holds a NUL (PostgreSQL refuses one), so a parameter with one can
@@ -78,3 +80,41 @@ def group_filter(scenario: str | None, tenant: str | None, deploy: str | None) -
             "`scenario`, `tenant` and `deploy` at a time (groups are kept per field)",
         )
     return given[0] if given else None
+
+
+#: The largest `offset` taken: beyond any list, and within a 64-bit integer.
+MAX_OFFSET = 2**53
+# Pages (docs/groups.md, "Pages"): `limit` entries after the first `offset`. The
+# schema's bound is the settings' ceiling (more is a 422); `page_param` holds
+# `limit` to the configured `read_page_max`.
+LimitParam = Annotated[
+    int | None,
+    Query(
+        ge=1,
+        le=READ_PAGE_CEILING,
+        description="entries per page (default CACHEWATCH_READ_PAGE_LIMIT, at most "
+        "CACHEWATCH_READ_PAGE_MAX)",
+    ),
+]
+OffsetParam = Annotated[
+    int, Query(ge=0, le=MAX_OFFSET, description="entries to skip: the `Link` header's next page")
+]
+
+
+def page_param(settings: Settings, limit: int | None, offset: int) -> Page:
+    """The page asked for: `limit` entries (default `read_page_limit`; more than
+    `read_page_max` answers that many, as GitHub answers `per_page`, and the `Link`
+    header goes on from there) after `offset` entries."""
+    wanted = limit if limit is not None else settings.read_page_limit
+    return Page(min(wanted, settings.read_page_max), offset)
+
+
+def page_headers(request: Request, response: Response, paged: Paged) -> None:
+    """`X-Total-Count` (entries in the whole list) and, unless this is the last
+    page, `Link: <next>; rel="next"`: this request's URL with the next `offset` and
+    this page's `limit`, every other parameter kept (GitHub's convention)."""
+    response.headers["X-Total-Count"] = str(paged.total)
+    after = paged.next_offset
+    if after is not None:
+        url = request.url.include_query_params(limit=paged.page.limit, offset=after)
+        response.headers["Link"] = f'<{url}>; rel="next"'

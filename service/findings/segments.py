@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
@@ -38,9 +39,29 @@ from service.findings import fixes
 from service.findings.kinds import Finding
 from service.findings.rewarms import Scope
 from service.findings.thresholds import Thresholds
-from service.rollups.segments import FOLDED_HASH
 
-_VARIANT = pl.col("hash") != FOLDED_HASH
+#: What one segment name of one scope is keyed by.
+_NAME = ["service", "model", "name"]
+#: One variant of a name, model-wide.
+_HASH = ["model", "name", "hash"]
+
+
+def _scope_frame(scopes: list[Scope]) -> pl.DataFrame:
+    """The scopes' keys with their prompt tokens, to join the rollups' sums to."""
+    return pl.DataFrame(
+        {
+            "service": [s.service for s in scopes],
+            "model": [s.model for s in scopes],
+            "scope_prompt": [float(s.totals["prompt_tokens"]) for s in scopes],
+        },
+        schema={"service": pl.Utf8, "model": pl.Utf8, "scope_prompt": pl.Float64},
+    )
+
+
+def _share(tokens: str) -> pl.Expr:
+    """`tokens` over the scope's prompt tokens (0 without any)."""
+    prompt = pl.col("scope_prompt")
+    return pl.when(prompt > 0).then(pl.col(tokens) / prompt).otherwise(0.0).alias("share")
 
 
 def volatile_findings(
@@ -49,39 +70,44 @@ def volatile_findings(
     thresholds: Thresholds,
     rate: Mapping[str, float | None],
 ) -> list[Finding]:
-    found = []
-    for scope in scopes:
-        mine = frames.volatile.filter(
-            (pl.col("service") == scope.service) & (pl.col("model") == scope.model)
+    """One finding per (scope, name) whose volatile hours carry at least `min_share`
+    of the scope's prompt tokens. Every (scope, name) is summed at once (one grouped
+    pass over the volatile hours); only those reported take a Python step, so 30,000
+    names cost one pass, not one filter of every row per name."""
+    if frames.volatile.is_empty() or not scopes:
+        return []
+    by_key = {(s.service, s.model): s for s in scopes}
+    per_name = (
+        frames.volatile.sort("bucket_us")
+        .group_by(_NAME, maintain_order=True)
+        .agg(
+            pl.col("bucket_us").first().alias("since_us"),
+            pl.len().alias("volatile_hours"),
+            pl.col("carriers").mean(),
+            pl.col("distinct").mean(),
+            pl.col("prompt_tokens").sum(),
+            pl.col("lost_tokens").sum(),
         )
-        for (name,), volatile in mine.sort("bucket_us").group_by(["name"], maintain_order=True):
-            hours = frames.hours_sent(scope.service, scope.model, str(name))
-            finding = _volatile(
-                scope, str(name), volatile, hours, thresholds, rate.get(scope.model)
-            )
-            if finding is not None:
-                found.append(finding)
+        .join(_scope_frame(scopes), on=["service", "model"])
+        .join(frames.spans.select(*_NAME, "hours"), on=_NAME, how="left")
+        .with_columns(_share("prompt_tokens"), pl.col("hours").fill_null(0))
+        .filter(pl.col("share") >= thresholds.min_share)
+    )
+    found = []
+    for row in per_name.iter_rows(named=True):
+        scope = by_key[(row["service"], row["model"])]
+        found.append(_volatile(scope, row, rate.get(scope.model)))
     return found
 
 
-def _volatile(
-    scope: Scope,
-    name: str,
-    volatile: pl.DataFrame,
-    hours: int,
-    thresholds: Thresholds,
-    rate: float | None,
-) -> Finding | None:
-    prompt = scope.totals["prompt_tokens"]
-    share = float(volatile["prompt_tokens"].sum()) / prompt if prompt else 0.0
-    if share < thresholds.min_share:
-        return None
-    carriers = float(volatile["carriers"].mean())  # type: ignore[arg-type]
-    distinct = float(volatile["distinct"].mean())  # type: ignore[arg-type]
-    wasted = round(scope.per_day(float(volatile["lost_tokens"].sum())))
+def _volatile(scope: Scope, row: Mapping[str, Any], rate: float | None) -> Finding:
+    """The finding of one (scope, name) from its sums over its volatile hours."""
+    name, share = str(row["name"]), float(row["share"])
+    carriers, distinct = float(row["carriers"]), float(row["distinct"])
+    wasted = round(scope.per_day(float(row["lost_tokens"])))
     evidence = [
         f"segment `{name}`: {distinct:,.0f} variants per hour over {carriers:,.0f} requests "
-        f"carrying it, in {volatile.height:,} of the {hours:,} hours it was sent",
+        f"carrying it, in {row['volatile_hours']:,} of the {row['hours']:,} hours it was sent",
         f"the requests carrying it sent {pct(share)} of the prompt tokens; each variant makes "
         f"the static start from `{name}` on differ: {wasted:,} tokens a day not reused",
     ]
@@ -90,7 +116,7 @@ def _volatile(
         service=scope.service,
         model=scope.model,
         segment=name,
-        since_us=int(volatile["bucket_us"][0]),
+        since_us=int(row["since_us"]),
         share_of_prompt_tokens=share,
         wasted_tokens_per_day=wasted,
         wasted_usd_per_day=None if rate is None else wasted * rate,
@@ -129,27 +155,18 @@ class SegmentFrames:
     variants: pl.DataFrame
     bare: pl.DataFrame
 
-    def _span(self, service: str, model: str, name: str) -> tuple[int, int]:
-        row = self.spans.filter(
-            (pl.col("service") == service) & (pl.col("model") == model) & (pl.col("name") == name)
-        )
-        return (int(row["hours"][0]), int(row["carriers"][0])) if row.height else (0, 0)
-
-    def hours_sent(self, service: str, model: str, name: str) -> int:
-        return self._span(service, model, name)[0]
-
     def volatile_hours(self) -> dict[tuple[str, str], set[int]]:
         """Per (service, model), the hours in which any static segment was volatile."""
         out: dict[tuple[str, str], set[int]] = {}
-        for service, model, bucket in self.volatile.select(
-            "service", "model", "bucket_us"
-        ).iter_rows():
+        for service, model, bucket in (
+            self.volatile.select("service", "model", "bucket_us").unique().iter_rows()
+        ):
             out.setdefault((service, model), set()).add(bucket)
         return out
 
-    def model_span(self, model: str, name: str) -> tuple[int, int]:
-        """(hours, carriers) of a name over every service of the model."""
-        return self._span("", model, name)
+    def model_spans(self) -> pl.DataFrame:
+        """(model, name, hours, carriers) over every service of the model."""
+        return self.spans.filter(pl.col("service") == "").drop("service")
 
 
 def drift_findings(
@@ -158,107 +175,193 @@ def drift_findings(
     thresholds: Thresholds,
     rate: Mapping[str, float | None],
 ) -> list[Finding]:
+    """One finding per drift and scope sending its variants whose minority variants
+    carry at least `min_share` of the scope's prompt tokens. The drifts, their
+    senders' sums and the evidence's figures are computed for every name at once
+    (grouped passes over the frequent variants' rows); only the findings reported
+    take a Python step."""
     rows = frames.variants
-    if rows.is_empty():
+    if rows.is_empty() or not scopes:
         return []
-    found = []
-    wanted = {(s.service, s.model): s for s in scopes}
-    for drift in _drifts(frames, thresholds):
-        variants = rows.filter(
-            (pl.col("model") == drift.model)
-            & (pl.col("name") == drift.name)
-            & pl.col("hash").is_in(drift.hashes)
+    drifts = _drifts(frames, thresholds)
+    if drifts.is_empty():
+        return []
+    members = drifts.select("gid", "model", "name", pl.col("hashes").alias("hash"), "top").explode(
+        "hash"
+    )
+    sent = rows.join(members, on=_HASH)
+    minority = pl.col("hash") != pl.col("top")
+    per_scope = (
+        sent.group_by(["gid", "service", "model"])
+        .agg(
+            pl.col("prompt_tokens").filter(minority).sum(),
+            pl.col("lost_tokens").filter(minority).sum(),
         )
-        for (service,), sent in variants.group_by(["service"], maintain_order=True):
-            scope = wanted.get((str(service), drift.model))
-            if scope is not None:
-                finding = _drift_finding(drift, scope, sent, variants, thresholds, rate)
-                if finding is not None:
-                    found.append(finding)
+        .join(_scope_frame(scopes), on=["service", "model"])
+        .with_columns(_share("prompt_tokens"))
+        .filter(pl.col("share") >= thresholds.min_share)
+        .sort(["gid", "service"])
+    )
+    if per_scope.is_empty():
+        return []
+    by_key = {(s.service, s.model): s for s in scopes}
+    by_gid = {int(d["gid"]): d for d in drifts.iter_rows(named=True)}
+    evidence = _evidence_facts(sent.filter(pl.col("gid").is_in(per_scope["gid"].implode())))
+    found = []
+    for row in per_scope.iter_rows(named=True):
+        drift = _drift_of(by_gid[int(row["gid"])])
+        scope = by_key[(row["service"], row["model"])]
+        lines = _drift_evidence(drift, evidence[int(row["gid"])], thresholds)
+        found.append(_drift_finding(drift, scope, row, lines, rate))
     return sorted(found, key=lambda f: (f.service, f.model, f.segment or ""))
 
 
-def _drifts(frames: SegmentFrames, thresholds: Thresholds) -> list[_Drift]:
-    out = []
-    for (model, name), named in frames.variants.group_by(["model", "name"], maintain_order=True):
-        variants = (
-            named.group_by("hash")
-            .agg(
-                pl.col("requests").sum(),
-                pl.col("norm_hash").drop_nulls().first(),
-                pl.col("tokens").max(),
-                pl.col("service").unique().alias("services"),
-            )
-            .sort(["requests", "hash"], descending=[True, False])
+def _drift_of(row: Mapping[str, Any]) -> _Drift:
+    return _Drift(
+        model=str(row["model"]),
+        name=str(row["name"]),
+        hashes=list(row["hashes"]),
+        since_us=int(row["since_us"]),
+        side_by_side_hours=int(row["side_by_side_hours"]),
+        hours=int(row["hours"]),
+        carriers=int(row["carriers"]),
+        by_norm_hash=bool(row["by_norm_hash"]),
+    )
+
+
+def _drifts(frames: SegmentFrames, thresholds: Thresholds) -> pl.DataFrame:
+    """Every drift of every (model, name) at once: one row per candidate group of
+    variants (`_candidate_groups`) used side by side in at least `drift_hours` of
+    the hours the name was carried, with `gid` (its number), `hashes` (most used
+    first), `top`, `since_us`, `side_by_side_hours`, `hours`, `carriers` and
+    `by_norm_hash`."""
+    rows = frames.variants
+    groups = _candidate_groups(rows, frames.bare, thresholds)
+    if groups.is_empty():
+        return groups
+    members = groups.select("gid", "model", "name", pl.col("hashes").alias("hash")).explode("hash")
+    side_by_side = (
+        rows.select(*_HASH, "bucket_us")
+        .join(members, on=_HASH)
+        .group_by(["gid", "bucket_us"])
+        .agg(pl.col("hash").n_unique().alias("variants"))
+        .filter(pl.col("variants") >= 2)
+        .group_by("gid")
+        .agg(
+            pl.col("bucket_us").min().alias("since_us"),
+            pl.len().alias("side_by_side_hours"),
         )
-        hours, carriers = frames.model_span(str(model), str(name))
-        bare = frames.bare.filter((pl.col("model") == model) & (pl.col("name") == name))
-        for group, by_norm in _candidate_groups(variants, bare, thresholds):
-            drift = _side_by_side(named, group, hours, thresholds)
-            if drift is not None:
-                out.append(_Drift(str(model), str(name), group, *drift, hours, carriers, by_norm))
-    return out
+    )
+    spans = frames.model_spans()
+    return (
+        groups.join(side_by_side, on="gid")
+        .join(spans, on=["model", "name"], how="left")
+        .with_columns(pl.col("hours").fill_null(0), pl.col("carriers").fill_null(0))
+        .filter(pl.col("side_by_side_hours") >= thresholds.drift_hours * pl.col("hours"))
+        .with_columns(pl.col("hashes").list.first().alias("top"))
+        .sort("gid")
+    )
 
 
 def _candidate_groups(
-    variants: pl.DataFrame, bare: pl.DataFrame, thresholds: Thresholds
-) -> list[tuple[list[str], bool]]:
-    """Sets of two or more frequent hashes that look like one part rendered two ways:
-    sharing a norm_hash; else, within one service sending 2 to drift_max_variants
-    bare variants, those whose token counts are within the tolerance."""
-    groups: list[tuple[list[str], bool]] = []
-    normed = variants.filter(pl.col("norm_hash").is_not_null())
-    for _, same in normed.group_by("norm_hash", maintain_order=True):
-        if same.height >= 2:
-            groups.append((same["hash"].to_list(), True))
-    unnormed = variants.filter(pl.col("norm_hash").is_null())
-    for service, distinct in bare.select("service", "distinct").sort("service").iter_rows():
-        if not 2 <= distinct <= thresholds.drift_max_variants:
-            continue
-        sent = unnormed.filter(pl.col("services").list.contains(service))
-        if sent.height < 2:
-            continue
-        tokens = sent["tokens"]
-        low, high = int(tokens.min()), int(tokens.max())  # type: ignore[arg-type]
-        if low > 0 and high <= low * (1 + thresholds.drift_token_tolerance):
-            group = sent["hash"].to_list()
-            if (group, False) not in groups:
-                groups.append((group, False))
-    return groups
-
-
-def _side_by_side(
-    named: pl.DataFrame, group: list[str], hours: int, thresholds: Thresholds
-) -> tuple[int, int] | None:
-    """(since, hours) when two or more of the group were used in the same hours in
-    at least `drift_hours` of the `hours` the part was carried; else None."""
-    per_hour = (
-        named.filter(pl.col("hash").is_in(group))
-        .group_by("bucket_us")
-        .agg(pl.col("hash").n_unique().alias("variants"))
-        .filter(pl.col("variants") >= 2)
-        .sort("bucket_us")
+    rows: pl.DataFrame, bare: pl.DataFrame, thresholds: Thresholds
+) -> pl.DataFrame:
+    """Per (model, name), sets of two or more frequent hashes that look like one part
+    rendered two ways: sharing a norm_hash; else, within one service sending 2 to
+    drift_max_variants bare variants, those whose token counts are within the
+    tolerance (each set once). Hashes most used first (ties by hash); a name's sets
+    by norm_hash first, then by service. Columns: gid, model, name, hashes,
+    by_norm_hash."""
+    variants = (
+        rows.group_by(_HASH)
+        .agg(
+            pl.col("requests").sum(),
+            pl.col("norm_hash").drop_nulls().first(),
+            pl.col("tokens").max(),
+            pl.col("service").unique().alias("services"),
+        )
+        .sort(["model", "name", "requests", "hash"], descending=[False, False, True, False])
+        .with_row_index("rank")
     )
-    if per_hour.is_empty() or per_hour.height < thresholds.drift_hours * hours:
-        return None
-    return int(per_hour["bucket_us"][0]), per_hour.height
+    normed = (
+        variants.filter(pl.col("norm_hash").is_not_null())
+        .group_by(["model", "name", "norm_hash"])
+        .agg(pl.col("hash").sort_by("rank").alias("hashes"), pl.col("rank").min().alias("order"))
+        .filter(pl.col("hashes").list.len() >= 2)
+        .select("model", "name", "hashes", "order", pl.lit(True).alias("by_norm_hash"))
+    )
+    allowed = bare.filter(
+        (pl.col("distinct") >= 2) & (pl.col("distinct") <= thresholds.drift_max_variants)
+    ).select("service", "model", "name")
+    low, high = pl.col("tokens").min(), pl.col("tokens").max()
+    by_service = (
+        variants.filter(pl.col("norm_hash").is_null())
+        .explode("services")
+        .rename({"services": "service"})
+        .join(allowed, on=["service", "model", "name"])
+        .group_by(["model", "name", "service"])
+        .agg(
+            pl.col("hash").sort_by("rank").alias("hashes"),
+            low.alias("low"),
+            high.alias("high"),
+        )
+        .filter(
+            (pl.col("hashes").list.len() >= 2)
+            & (pl.col("low") > 0)
+            & (pl.col("high") <= pl.col("low") * (1 + thresholds.drift_token_tolerance))
+        )
+        .sort(["model", "name", "service"])
+        .with_columns(pl.col("hashes").list.join("\x00").alias("key"))
+        .unique(subset=["model", "name", "key"], keep="first", maintain_order=True)
+        .with_row_index("order")
+        .select(
+            "model",
+            "name",
+            "hashes",
+            (pl.col("order").cast(pl.Int64) + len(variants)).alias("order"),
+            pl.lit(False).alias("by_norm_hash"),
+        )
+    )
+    both = pl.concat([normed.cast({"order": pl.Int64}), by_service])
+    return both.sort(["model", "name", "order"]).drop("order").with_row_index("gid")
+
+
+def _evidence_facts(sent: pl.DataFrame) -> dict[int, dict[str, dict[str, Any]]]:
+    """Per drift (gid) and variant, what its evidence says: the variant's tokens, its
+    requests model-wide and its senders ((service, scenario) by requests, the first
+    three and how many), summed for every drift at once."""
+    senders = (
+        sent.group_by(["gid", "hash", "service", "scenario"])
+        .agg(pl.col("requests").sum())
+        .sort(
+            ["gid", "hash", "requests", "service", "scenario"],
+            descending=[False, False, True, False, False],
+        )
+        .group_by(["gid", "hash"], maintain_order=True)
+        .agg(
+            pl.col("requests").sum(),
+            pl.col("service").head(3).alias("services"),
+            pl.col("scenario").head(3).alias("scenarios"),
+            pl.len().alias("senders"),
+        )
+    )
+    tokens = sent.group_by(["gid", "hash"]).agg(pl.col("tokens").max())
+    out: dict[int, dict[str, dict[str, Any]]] = {}
+    for row in senders.join(tokens, on=["gid", "hash"]).iter_rows(named=True):
+        out.setdefault(int(row["gid"]), {})[str(row["hash"])] = row
+    return out
 
 
 def _drift_finding(
     drift: _Drift,
     scope: Scope,
-    sent: pl.DataFrame,
-    variants: pl.DataFrame,
-    thresholds: Thresholds,
+    sums: Mapping[str, Any],
+    evidence: list[str],
     rate: Mapping[str, float | None],
-) -> Finding | None:
-    top = drift.hashes[0]
-    minority = sent.filter(pl.col("hash") != top)
-    prompt = scope.totals["prompt_tokens"]
-    share = float(minority["prompt_tokens"].sum()) / prompt if prompt else 0.0
-    if share < thresholds.min_share:
-        return None
-    wasted = round(scope.per_day(float(minority["lost_tokens"].sum())))
+) -> Finding:
+    """The finding of one drift in one scope, from the sums of its minority variants
+    (those other than the most used one, model-wide)."""
+    wasted = round(scope.per_day(float(sums["lost_tokens"])))
     model_rate = rate.get(scope.model)
     return Finding(
         kind="template_drift",
@@ -266,16 +369,18 @@ def _drift_finding(
         model=scope.model,
         segment=drift.name,
         since_us=drift.since_us,
-        share_of_prompt_tokens=share,
+        share_of_prompt_tokens=float(sums["share"]),
         wasted_tokens_per_day=wasted,
         wasted_usd_per_day=None if model_rate is None else wasted * model_rate,
-        evidence=_drift_evidence(drift, variants, thresholds),
+        evidence=evidence,
         fix=fixes.template_drift(drift.name),
         details={"variants": len(drift.hashes), "by_norm_hash": drift.by_norm_hash},
     )
 
 
-def _drift_evidence(drift: _Drift, variants: pl.DataFrame, thresholds: Thresholds) -> list[str]:
+def _drift_evidence(
+    drift: _Drift, facts: Mapping[str, Mapping[str, Any]], thresholds: Thresholds
+) -> list[str]:
     how = (
         "that differ only in rendering (the same `norm_hash`)"
         if drift.by_norm_hash
@@ -289,22 +394,18 @@ def _drift_evidence(drift: _Drift, variants: pl.DataFrame, thresholds: Threshold
     total = drift.carriers
     base_tokens = None
     for number, value in enumerate(drift.hashes, start=1):
-        rows = variants.filter(pl.col("hash") == value)
-        tokens = int(rows["tokens"].max())  # type: ignore[arg-type]
+        variant = facts[value]
+        tokens = int(variant["tokens"])
         base_tokens = tokens if base_tokens is None else base_tokens
         delta = tokens - base_tokens
         diff = f", {delta:+,} vs the most used" if number > 1 else ""
-        senders = (
-            rows.group_by(["service", "scenario"])
-            .agg(pl.col("requests").sum())
-            .sort(["requests", "service", "scenario"], descending=[True, False, False])
-        )
         who = ", ".join(
-            f"`{r['service']}`" + (f" (scenario `{r['scenario']}`)" if r["scenario"] else "")
-            for r in senders.head(3).to_dicts()
+            f"`{service}`" + (f" (scenario `{scenario}`)" if scenario else "")
+            for service, scenario in zip(variant["services"], variant["scenarios"], strict=True)
         )
-        more = f" and {senders.height - 3} more" if senders.height > 3 else ""
-        share = int(rows["requests"].sum()) / total if total else 0.0
+        senders = int(variant["senders"])
+        more = f" and {senders - 3} more" if senders > 3 else ""
+        share = int(variant["requests"]) / total if total else 0.0
         lines.append(
             f"variant {number} (hash `{value[:16]}`, {tokens:,} tokens{diff}): "
             f"{pct(share)} of the requests, sent by {who}{more}"

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from service.analytics.definitions import SUM_DTYPES
 from service.clickhouse import clickhouse_of
 from service.clickhouse import reads as ch_reads
-from service.models import ChartRollup
+from service.models import ChangeEvent, ChartRollup
 from service.repository.usage import USAGE_TABLE
 
 CHART_TABLE = cast(Table, ChartRollup.__table__)
@@ -81,3 +81,24 @@ def newest_record(
 
 def models_of(frame: pl.DataFrame) -> Sequence[str]:
     return sorted(set(frame["model"].to_list())) if frame.height else []
+
+
+def config_events(
+    session: Session, models: Sequence[str], to_us: int, limit: int
+) -> list[tuple[str, str | None, str | None]]:
+    """(service, model, description) of the newest `limit` `config` events before
+    `to_us` of the models (or of no model, which concern every model), newest first:
+    the KV budgets every eviction finding of a read looks up, in one statement
+    rather than one per (service, model)."""
+    e = ChangeEvent
+    query = (
+        select(e.service, e.model, e.description)
+        .where(
+            e.kind == "config",
+            e.ts_us < to_us,
+            e.model.in_(list(models)) | e.model.is_(None),
+        )
+        .order_by(e.ts_us.desc(), e.id.desc())
+        .limit(limit)
+    )
+    return [(r[0], r[1], r[2]) for r in session.execute(query).all()]

@@ -9,7 +9,11 @@ and the tags' series are sums of the same chart rows per group, summed by the
 database per bucket for every shown value in one statement, never a read of the
 records or one read per row. A group filter of the view does not narrow these
 panels: groups are kept per field, so the values of one field within another
-field's value are not kept (the page says so)."""
+field's value are not kept (the page says so).
+
+Bounded: the table reads one page of the values (the busiest `limit`, ranked by the
+database) and how many there are, never every value's totals; the deploy tags side
+by side consider the busiest `MAX_TAG_CANDIDATES` tags of the range."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,28 +25,36 @@ from sqlalchemy.orm import Session
 from service.models import ChangeEvent, Regression
 from service.repository import dashboard as dashboard_repo
 from service.rollups import chart
+from service.rollups.groups import OTHER
 from service.services.dashboard import Selection, Window, regressions_in_range
 from service.services.groups import GroupsQuery, groups
+from service.services.paging import Page, Paged
 from service.services.series import plan
 
 US = 1_000_000
 DEPLOY = "deploy"
+#: The deploy tags the canary panel considers: the busiest of the range. A build
+#: number per request makes thousands; the canary is among the busiest (it carries
+#: a share of the traffic), and the panel counts the rest.
+MAX_TAG_CANDIDATES = 100
 
 
 @dataclass(frozen=True)
 class GroupsReading:
-    """One field's values in the range, most prompt tokens first (the `/v1/groups`
-    entries), and per shown value (the first `limit`) its sums per sparkline bucket."""
+    """One field's busiest values in the range, most prompt tokens first (the first
+    `/v1/groups` entries), how many values there are, and per shown value its sums
+    per sparkline bucket."""
 
     by: str
     entries: list[dict[str, Any]]
+    total: int
     spark: pl.DataFrame
     spark_bucket_s: int
 
 
-def _entries(session: Session, window: Window, by: str) -> list[dict[str, Any]]:
+def _entries(session: Session, window: Window, by: str, limit: int) -> Paged:
     query = GroupsQuery(window.service, window.model, by, window.from_us, window.to_us)
-    return groups(session, query)
+    return groups(session, query, Page(limit))
 
 
 def _bucket_sums(
@@ -55,26 +67,30 @@ def _bucket_sums(
 def read_groups(
     session: Session, selection: Selection, window: Window, by: str, limit: int, bucket_s: int
 ) -> GroupsReading:
-    """The groups table's reads: the entries, then the sparklines' sums of the first
-    `limit` values in `bucket_s` buckets (epoch-aligned, the view's ends partial)."""
+    """The groups table's reads: the first `limit` entries and the count of all,
+    then their sparklines' sums in `bucket_s` buckets (epoch-aligned, the view's
+    ends partial)."""
     if not selection.services:
-        return GroupsReading(by, [], pl.DataFrame(schema=dashboard_repo.GROUP_BUCKET_SCHEMA), 0)
-    entries = _entries(session, window, by)
+        empty = pl.DataFrame(schema=dashboard_repo.GROUP_BUCKET_SCHEMA)
+        return GroupsReading(by, [], 0, empty, 0)
+    paged = _entries(session, window, by, limit)
     scope = chart.scope_key(window.service, window.model, chart.Group(by, ""))
-    shown = [e["value"] for e in entries[:limit]]
+    shown = [e["value"] for e in paged.entries]
     spark = _bucket_sums(session, scope, shown, window, bucket_s)
-    return GroupsReading(by, entries, spark, bucket_s)
+    return GroupsReading(by, paged.entries, paged.total, spark, bucket_s)
 
 
 @dataclass(frozen=True)
 class DeployTags:
-    """The deploy tags that served the range (two or more): their `/v1/groups`
-    entries, each one's first minute ever (up to the range's end), the newest tag
+    """The deploy tags that served the range (two or more): the `/v1/groups`
+    entries of the busiest MAX_TAG_CANDIDATES and how many tags there are, each
+    one's first minute ever (up to the range's end), the newest tag
     (first seen last: the canary), per bucket of the view the sums of the drawn
     tags (`value` the tag) and of the whole scope (`value` ''), and the events and
     regressions marked on their figure as on the others."""
 
     entries: list[dict[str, Any]]
+    total: int
     first_us: dict[str, int]
     canary: str
     drawn: list[str]
@@ -99,7 +115,9 @@ def read_deploy_tags(
     `max_tags` are drawn: the canary and the busiest others."""
     if not selection.services:
         return None
-    entries = [e for e in _entries(session, window, DEPLOY) if e["requests"]]
+    paged = _entries(session, window, DEPLOY, MAX_TAG_CANDIDATES)
+    # The rest of an hour's tags (`OTHER`) is no tag: never drawn nor the canary.
+    entries = [e for e in paged.entries if e["requests"] and e["value"] != OTHER]
     if len(entries) < 2:
         return None
     scope = chart.scope_key(window.service, window.model, chart.Group(DEPLOY, ""))
@@ -111,6 +129,7 @@ def read_deploy_tags(
     whole = chart.scope_key(window.service, window.model)
     return DeployTags(
         entries=entries,
+        total=paged.total,
         first_us=first,
         canary=canary,
         drawn=drawn,

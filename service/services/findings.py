@@ -62,8 +62,16 @@ def findings(
     if not scopes:
         return FindingsResult([], [], 0.0)
     profiles = profiles_for(settings)
-    resolved = {(s.service, s.model): _profile(session, s, profiles, to_us) for s in scopes}
-    facts = {key: _facts(key, profile, replicas) for key, profile in resolved.items()}
+    resolved = {
+        (s.service, s.model): _profile(session, s, profiles, to_us)
+        for s in rewarms.profiled_scopes(scopes, thresholds)
+    }
+    facts = {
+        (s.service, s.model): _facts(
+            (s.service, s.model), resolved.get((s.service, s.model), (None, None)), replicas
+        )
+        for s in scopes
+    }
     evicting = rewarms.eviction_scopes(scopes, thresholds)
     low, high = start if start is not None else 0, to_us if to_us is not None else 2**62
     with ThreadPoolExecutor(max_workers=_REPLAY_THREADS) as pool:
@@ -72,9 +80,10 @@ def findings(
         frames = _segment_frames(session, scopes, thresholds, start, to_us)
         rate = _rates(resolved)
         curves = {model: future.result() for model, future in pending.items()}
+    budgets = _posted_budgets(session, evicting, high)
     for scope in evicting:
         key = (scope.service, scope.model)
-        facts[key] = _with_capacity(session, facts[key], scope, thresholds, curves, high)
+        facts[key] = _with_capacity(facts[key], scope, thresholds, curves, budgets.get(key))
     found = [
         *segments.volatile_findings(frames, scopes, thresholds, rate),
         *segments.drift_findings(frames, scopes, thresholds, rate),
@@ -184,12 +193,11 @@ def _rates(
 
 
 def _with_capacity(
-    session: Session,
     facts: Facts,
     scope: Scope,
     thresholds: Thresholds,
     curves: dict[str, tuple[CapacityResult, int]],
-    high: int,
+    posted: int | None,
 ) -> Facts:
     curve, replayed = curves[scope.model]
     needed = None
@@ -197,15 +205,38 @@ def _with_capacity(
         target = thresholds.ceiling_target * curve.ceiling
         reached = [p.tokens for p in curve.points if (p.hit_rate or 0.0) >= target]
         needed = min(reached) if reached else None
-    posted = None
-    for event in dashboard_repo.config_events_before(
-        session, scope.service, scope.model, high, 200
-    ):
-        posted = parse_budget(event.description)
-        if posted is not None:
-            break
     capacity = Capacity(needed, curve.ceiling, thresholds.ceiling_target, replayed, posted)
     return dataclasses.replace(facts, capacity=capacity)
+
+
+#: The `config` events a scope's posted KV budget is looked for in: its newest.
+_BUDGET_EVENTS = 200
+#: The `config` events one read looks at, for all its scopes.
+_BUDGET_EVENTS_READ = 100_000
+
+
+def _posted_budgets(session: Session, scopes: list[Scope], high: int) -> dict[tuple[str, str], int]:
+    """Per scope, the KV budget of its newest `config` event before `high` that tells
+    one (among its newest `_BUDGET_EVENTS`; events of no model count for every
+    model): one read of the models' config events for every scope at once."""
+    if not scopes:
+        return {}
+    events = findings_repo.config_events(
+        session, sorted({s.model for s in scopes}), high, _BUDGET_EVENTS_READ
+    )
+    out: dict[tuple[str, str], int] = {}
+    seen: dict[tuple[str, str], int] = {}
+    wanted = {(s.service, s.model) for s in scopes}
+    models = sorted({s.model for s in scopes})
+    for service, model, description in events:
+        for key in [(service, m) for m in ([model] if model is not None else models)]:
+            if key not in wanted or key in out or seen.get(key, 0) >= _BUDGET_EVENTS:
+                continue
+            seen[key] = seen.get(key, 0) + 1
+            budget = parse_budget(description)
+            if budget is not None:
+                out[key] = budget
+    return out
 
 
 def _start_replays(

@@ -4,9 +4,15 @@ the range (contract sections 4b and 6), most prompt tokens first.
 Each value's figures are the totals `/v1/metrics` answers with that value as its
 filter: the same chart rows (`service.rollups.groups`), the same range (the minutes
 of [from, to)) and the same merge over them (the series path's, as `series.totals_of`
-merges one value's rows), read and merged for every value at once. A value counts
-only what its rollups kept: an hour that is over keeps the busiest
-`group_values_kept` values of each field (docs/groups.md)."""
+merges one value's rows), read and merged for every value of the page at once. A
+value counts only what its rollups kept: an hour that is over keeps the busiest
+`group_values_kept` values of each field (docs/groups.md).
+
+Why a page: a field may hold 200,000 values in a range (user ids as tenants). The
+database ranks the values by their chart rows' prompt tokens and returns one page of
+them (`paging.Page`, at most `read_page_max`); only that page's rows are read and merged.
+The cost is one grouped scan of the range's chart rows of the field plus the page's
+rows, never a merge (histograms, sets) per value of the whole field."""
 
 from dataclasses import dataclass
 from typing import Any
@@ -14,9 +20,10 @@ from typing import Any
 import polars as pl
 from sqlalchemy.orm import Session
 
-from service.repository import series as series_repo
+from service.repository import groups as groups_repo
 from service.rollups import chart
 from service.services import series
+from service.services.paging import Page, Paged
 
 #: The totals a group's entry carries besides its value (contract section 6).
 FIELDS = (
@@ -43,22 +50,24 @@ class GroupsQuery:
     to_us: int | None
 
 
-def groups(session: Session, query: GroupsQuery) -> list[dict[str, Any]]:
-    """The values of `query.by` with data in the range, most prompt tokens first
-    (ties by value)."""
+def groups(session: Session, query: GroupsQuery, page: Page) -> Paged:
+    """One page of the values of `query.by` with data in the range, most prompt
+    tokens first (ties by value), and how many values there are."""
     scope = chart.scope_key(query.service, query.model, chart.Group(query.by, ""))
     bounds = series.read_range(session, scope, query.from_us, query.to_us, every_value=True)
     if bounds is None:
-        return []
+        return Paged([], 0, page)
     _, (lo, hi) = bounds
-    rows = series_repo.fetch_series_rows(
-        session, scope, series.plan(lo, hi, 86_400), every_value=True
+    segments = series.plan(lo, hi, 86_400)
+    values, total = groups_repo.ranked_group_values(
+        session, scope, segments, page.limit, page.offset
     )
-    out = [
-        {"value": value, **{name: totals[name] for name in FIELDS}}
-        for value, totals in totals_per_value(rows)
+    rows = groups_repo.value_series_rows(session, scope, segments, values)
+    merged = dict(totals_per_value(rows))
+    entries = [
+        {"value": value, **{name: merged[value][name] for name in FIELDS}} for value in values
     ]
-    return sorted(out, key=lambda g: (-g["prompt_tokens"], g["value"]))
+    return Paged(entries, total, page)
 
 
 def totals_per_value(rows: pl.DataFrame) -> list[tuple[str, dict[str, Any]]]:

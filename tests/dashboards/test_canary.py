@@ -42,6 +42,7 @@ def deploy_tags(canary: str = "v2") -> DeployTags:
     tag_rows += [(canary, i, 1, 1000, 0) for i in range(8, 12)]
     return DeployTags(
         entries=[entry("v1", 108), entry(canary, 4)],
+        total=2,
         first_us={"v1": T0, canary: T0 + 8 * M5},
         canary=canary,
         drawn=[canary, "v1"],

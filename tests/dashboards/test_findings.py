@@ -204,3 +204,23 @@ def test_records_without_segments_are_told_to_send_them_with_the_docs(
     }
     assert missing["replicas"]["docs"] is None
     assert reader.get(missing["segments"]["docs"]["href"]).status_code == 200
+
+
+@pytest.mark.usefixtures("two_services")
+def test_the_panel_lists_the_worst_and_counts_the_rest(
+    reader: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32: 20,000 one-request services made a 13 MB answer; the panel lists
+    the MAX_FINDING_ROWS worst and says how many more there are."""
+    import dashboards.data
+
+    monkeypatch.setattr(dashboards.data, "MAX_FINDING_ROWS", 1)
+    payload = findings_of(reader, nonce="capped")
+    assert [(r["kind"], r["service"]) for r in payload["findings"]] == [
+        ("volatile_segment", "search")
+    ]
+    assert payload["total"] == 2 and payload["more"] == 1
+    assert payload["more_note"] == (
+        "1 more finding not shown (the 1 that waste the most are; GET /v1/findings "
+        "lists every one)."
+    )

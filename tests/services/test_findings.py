@@ -182,3 +182,31 @@ def test_a_volatile_start_in_conversations_is_one_finding_not_two(
     are the volatile segment's, which is the one finding."""
     result = _found(session, profiled, traffic.sessions(volatile_system=True))
     assert [f.kind for f in result.findings] == ["volatile_segment"]
+
+
+def test_many_services_cost_no_query_each(session: Session, profiled: Settings) -> None:
+    """100 services of a few requests each (issue 32: 20,000 one-request services
+    took 40 s): the findings read a bounded number of statements, not one profile
+    and one `config` look-up per (service, model)."""
+    from sqlalchemy import event
+
+    rows = [
+        {**r, "request_id": f"{s}-{r['request_id']}", "service": f"svc-{s:03d}"}
+        for s in range(100)
+        for r in traffic.eviction()[:4]
+    ]
+    store(session, rows)
+    catch_up(session, profiled)
+    statements: list[str] = []
+    engine = session.get_bind()
+
+    def count(*args: Any) -> None:
+        statements.append(str(args[2])[:60])
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        result = findings(session, profiled)
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+    assert {f.service for f in result.findings} >= {"svc-000", "svc-099"}
+    assert len(statements) < 30, statements[:40]
