@@ -72,6 +72,8 @@ GRAINS_S = (60, 3600)
 #: rows per prefix and replica instead of 720.
 PREFIX_GRAINS_S = (60, 3600, 86_400)
 _HOUR_US = 3600 * 1_000_000
+#: `catch_up` (one transaction) cuts its steps by records only.
+_NO_MINUTE_CUT = 2**62
 _DAY_US = 24 * _HOUR_US
 
 
@@ -104,9 +106,14 @@ def catch_up(session: Session, settings: Settings) -> PassReport:
         from service.services import clickhouse_pass
 
         return clickhouse_pass.catch_up(session, settings, ch)
-    report = catch_up_step(session, settings)
+    # One transaction: a cut by minutes would commit nothing sooner, and each step
+    # whose records are older than the step before's rebuilds the recent tail again
+    # (a shuffled backlog: 120 steps for 12 passes). The cut by records stays: it
+    # bounds the memory of a long backlog.
+    whole = settings.model_copy(update={"analytics_step_minutes": _NO_MINUTE_CUT})
+    report = catch_up_step(session, whole)
     while report.more:
-        report = report.plus(catch_up_step(session, settings, report.until_id))
+        report = report.plus(catch_up_step(session, whole, report.until_id))
     return report
 
 
