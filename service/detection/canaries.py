@@ -13,8 +13,9 @@ standard errors of both tags' request counts. It is found while the canary is sm
 
 The tag a newer one replaced is the older one that served the most prompt tokens
 beside it, counting in each of its buckets only the busiest older tag there
-(`replaced`): the release it was rolled out from. Each tag is compared with that one alone, so the work is one
-pass over the tags' buckets whatever their number (issue 32: comparing each tag with
+(`replaced`): the release it was rolled out from. Each tag is compared with that
+one alone, so the work is one pass over the tags' buckets whatever their number
+(issue 32: comparing each tag with
 every older one took 41 s at 4,000 tags and minutes at 20,000). A build number per
 deploy is thousands of tags a fortnight; a canary of one is still the tag beside the
 release before it.
