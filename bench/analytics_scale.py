@@ -2,7 +2,7 @@
 table). For each size, in a fresh subprocess (so peak RSS never mixes):
 
 * `pass`: the per-request values (`compute_request_metrics`, W = 1 h) and the minute
-  and hour rollups built from them (as `analytics_pass._add_to_rollups` does, minus
+  and hour rollups built from them (as `rollup_writes.add_to_rollups` does, minus
   the database write), over N synthetic requests (bench/_synthetic.py: 16 blocks,
   24 h, 8 replicas, 100,000 sessions) held in memory;
 * with `--db-sizes`, `catch_up`: the real first analytics pass against a fresh

@@ -33,6 +33,7 @@ from typing import Any
 
 import httpx
 import orjson
+from _workers import run_worker  # the bench folder: the script's own
 
 ROOT = Path(__file__).resolve().parent.parent
 HOUR_US = 3600 * 1_000_000
@@ -121,17 +122,7 @@ def worker_pass(url: str) -> dict[str, Any]:
 
 
 def _worker(code: Path, *args: str) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(code)}
-    done = subprocess.run(
-        [sys.executable, __file__, "--code", str(code), "--worker", *args],
-        capture_output=True,
-        env=env,
-        cwd=code,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"worker {args} failed: {done.stderr.decode()[-2000:]}")
-    return dict(json.loads(done.stdout.decode().strip().splitlines()[-1]))
+    return run_worker(__file__, code, *args)
 
 
 def _cli(code: Path, env: dict[str, str], *args: str) -> str:

@@ -28,13 +28,14 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from _workers import run_worker  # the bench folder: the script's own
 
 ROOT = Path(__file__).resolve().parent.parent
 HOUR_US = 3600 * 1_000_000
@@ -154,17 +155,7 @@ def _rss_mib() -> float:
 
 
 def _worker(code: Path, *args: str) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(code)}
-    done = subprocess.run(
-        [sys.executable, __file__, "--code", str(code), "--worker", *args],
-        capture_output=True,
-        env=env,
-        cwd=code,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"worker {args} failed: {done.stderr.decode()[-2000:]}")
-    return dict(json.loads(done.stdout.decode().strip().splitlines()[-1]))
+    return run_worker(__file__, code, *args)
 
 
 def _fresh_url(base: str | None, tmp: Path, label: str) -> str:

@@ -115,7 +115,7 @@ def worker(
     from service.clickhouse import clickhouse_for
     from service.db import make_engine, make_sessionmaker
     from service.repository import insert_usage_values
-    from service.services import analytics_pass, clickhouse_pass
+    from service.services import clickhouse_pass, rollup_writes
     from service.services.analytics_pass import catch_up
     from service.settings import Settings
 
@@ -135,8 +135,8 @@ def worker(
         migrate.upgrade(engine)
         ch = clickhouse_for(settings)
         factory = make_sessionmaker(engine, ch)
-        rollups = _timed(analytics_pass, "add_to_rollups")
-        clickhouse_pass.add_to_rollups = analytics_pass.add_to_rollups  # both passes
+        rollups = _timed(rollup_writes, "add_to_rollups")
+        clickhouse_pass.add_to_rollups = rollup_writes.add_to_rollups  # both passes
         received = time.time_ns() // 1000
         out["ingest_s"] = out["pass_s"] = 0.0
         out["passed"] = 0

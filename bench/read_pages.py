@@ -36,15 +36,10 @@ sys.path.insert(0, str(ROOT))
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from service import migrate  # noqa: E402
+from bench.dashboard_groups import build  # noqa: E402
 from service.api.app import create_app  # noqa: E402
-from service.db import make_engine, make_sessionmaker  # noqa: E402
-from service.services.analytics_pass import catch_up  # noqa: E402
 from service.settings import Settings  # noqa: E402
 from tests.conftest import drop_database, fresh_database_url  # noqa: E402
-from tests.simulated import load_records  # noqa: E402
-
-BATCH = 20_000
 
 
 def now_hour_s() -> int:
@@ -89,20 +84,6 @@ def names(n: int) -> list[dict[str, Any]]:
         ]
         rows.append({**base(i, start + 3 * 3600 * i / n, "svc"), "segments": segments})
     return rows
-
-
-def build(settings: Settings, rows: list[dict[str, Any]]) -> float:
-    engine = make_engine(settings)
-    migrate.upgrade(engine)
-    factory = make_sessionmaker(engine)
-    started = time.perf_counter()
-    for start in range(0, len(rows), BATCH):
-        with factory.begin() as session:
-            load_records(session, rows[start : start + BATCH], [])
-        with factory.begin() as session:
-            catch_up(session, settings)
-    engine.dispose()
-    return time.perf_counter() - started
 
 
 def timed(client: TestClient, path: str) -> str:

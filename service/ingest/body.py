@@ -5,7 +5,7 @@ The shape is read from the body itself: some shippers label NDJSON as
 
 import re
 import zlib
-from collections.abc import Callable, Container, Generator, Iterator
+from collections.abc import Callable, Collection, Generator, Iterator
 from typing import Any
 
 import orjson
@@ -206,7 +206,7 @@ def split_records(data: bytes | bytearray) -> list[BodyItem]:
 
 
 def iter_records(
-    data: bytes | bytearray, known: Container[bytes] = frozenset()
+    data: bytes | bytearray, known: Collection[bytes] = frozenset()
 ) -> Iterator[BodyItem]:
     """The items of `split_records`, made as they are asked for, so that a caller
     that handles each in turn never holds them all: NDJSON lines are cut from the
@@ -284,9 +284,9 @@ def _check_some_line_is_json(text: bytes, start: int) -> None:
     raise UndecodableBody(f"body is not JSON, a JSON array or NDJSON ({first or 'no content'})")
 
 
-def _ndjson_items(text: bytes, start: int, known: Container[bytes]) -> Iterator[BodyItem]:
+def _ndjson_items(text: bytes, start: int, known: Collection[bytes]) -> Iterator[BodyItem]:
     for index, line in enumerate(_ndjson_lines(text, start)):
-        if line in known:
+        if known and line in known:  # empty until a line is rejected: no hashing
             yield BodyItem(index, _UNPARSED, raw=line)
             continue
         record = decode_line(line)

@@ -13,8 +13,7 @@ from sqlalchemy.orm import Session
 
 from service.clickhouse import clickhouse_of
 from service.clickhouse import reads as ch_reads
-from service.models import ChangeEvent, ChartRollup, Regression, Rollup, UsageRecord
-from service.rollups.groups import OTHER
+from service.models import ChangeEvent, Regression, Rollup, UsageRecord
 
 ROLLUPS = cast(Table, Rollup.__table__)
 USAGE = cast(Table, UsageRecord.__table__)
@@ -111,29 +110,6 @@ def deploy_first_record(
         .limit(1)
     ).first()
     return (int(row[0]), str(row[1])) if row else None
-
-
-def deploy_tags_latest(session: Session, key: tuple[str, str], since_us: int) -> pl.DataFrame:
-    """Per deploy tag of a (service, model) since `since_us` (from its hourly chart
-    rows, never `OTHER`: the rest of an hour's tags is no tag): its prompt tokens and
-    the start of the last hour it served (`last_us`)."""
-    c = cast(Table, ChartRollup.__table__).c
-    query = (
-        select(c.group_value, func.sum(c.prompt_tokens), func.max(c.bucket_us))
-        .where(
-            c.grain_s == 3600,
-            c.level == 0,
-            c.service == key[0],
-            c.model == key[1],
-            c.group_by == "deploy",
-            c.group_value != OTHER,
-            c.bucket_us >= since_us,
-        )
-        .group_by(c.group_value)
-    )
-    rows = [(str(v), int(t or 0), int(b)) for v, t, b in session.execute(query).all()]
-    schema = {"value": pl.Utf8, "prompt_tokens": pl.Int64, "last_us": pl.Int64}
-    return pl.DataFrame(rows, schema=schema, orient="row")
 
 
 def known_deploy_tags(session: Session, service: str) -> set[str]:

@@ -71,10 +71,12 @@ def group_values(
     session: Session, scope: Scope, by: str, grain_s: int, from_us: int | None, to_us: int | None
 ) -> pl.DataFrame:
     """Per value of one group field within a scope, the sums of its chart rows of one
-    grain over [from_us, to_us): the values detection may watch, so never `OTHER`
-    (the rest of an hour's values is no group: service.rollups.groups)."""
+    grain over [from_us, to_us) and the start of its last bucket (`last_us`): the
+    values detection may watch, so never `OTHER` (the rest of an hour's values is no
+    group: service.rollups.groups)."""
     c = CHART_TABLE.c
     sums = [func.coalesce(func.sum(c[n]), 0).label(n) for n in ("requests", "prompt_tokens")]
+    sums.append(func.max(c.bucket_us).label("last_us"))
     where = [
         c.grain_s == grain_s,
         c.level == scope.level,
@@ -88,7 +90,12 @@ def group_values(
     if to_us is not None:
         where.append(c.bucket_us < to_us)
     query = select(c.group_value, *sums).where(*where).group_by(c.group_value)
-    schema = {"value": pl.Utf8, "requests": pl.Int64, "prompt_tokens": pl.Int64}
+    schema = {
+        "value": pl.Utf8,
+        "requests": pl.Int64,
+        "prompt_tokens": pl.Int64,
+        "last_us": pl.Int64,
+    }
     return _frame(list(session.execute(query).all()), schema)
 
 

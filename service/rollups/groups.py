@@ -18,9 +18,9 @@ write on (`choose`, `fold`):
 * after that, a pass ranks the values it writes into an hour by their prompt tokens
   in that hour: a kept value by its exact total so far plus the batch's, a new one
   by the batch's alone. The `keep` first stay (ties: the kept value, then the
-  smaller); a kept
-  value that falls out has its rows of the hour moved into `OTHER`, a new value
-  that does not make it has its requests added to `OTHER` directly.
+  smaller); a kept value that falls out has its rows of the hour moved into
+  `OTHER`, a new value that does not make it has its requests added to `OTHER`
+  directly. Segment names are capped by the same rule (`kept_values`).
 
 `OTHER` is the rest: per minute, the sums, histograms and sets of the requests of
 every value not kept then. What is exact: the field's rows of an hour (kept values
@@ -79,8 +79,9 @@ def _read_columns() -> list[str]:
     )
 
 
-def _long(joined: pl.DataFrame) -> pl.DataFrame:
-    """Each request once per group field it carries a value of."""
+def per_group(joined: pl.DataFrame) -> pl.DataFrame:
+    """A batch of records joined with their results (`aggregate.join_results`), each
+    once per group field it carries a value of (`group_by`, `group_value`)."""
     columns = [c for c in _read_columns() if c in joined.columns]
     parts = [
         joined.filter(pl.col(by).is_not_null() & (pl.col(by) != "")).select(
@@ -92,12 +93,6 @@ def _long(joined: pl.DataFrame) -> pl.DataFrame:
         if by in joined.columns
     ]
     return pl.concat(parts) if parts else pl.DataFrame()
-
-
-def per_group(joined: pl.DataFrame) -> pl.DataFrame:
-    """A batch of records joined with their results (`aggregate.join_results`), each
-    once per group field it carries a value of (`group_by`, `group_value`)."""
-    return _long(joined)
 
 
 def hour_tokens(frame: pl.DataFrame) -> pl.DataFrame:
@@ -122,22 +117,35 @@ def hour_tokens(frame: pl.DataFrame) -> pl.DataFrame:
 
 def choose(stored: pl.DataFrame, batch: pl.DataFrame, keep: int) -> pl.DataFrame:
     """The values kept (`hour_tokens` rows) per hour and (service, model, field),
-    given the kept values' tokens so far (`stored`) and a batch's: the `keep` with
-    the most tokens, a kept value counting its stored and batch tokens, a new value
-    its batch tokens alone. Ties go to the kept value (a new one must have more to
-    evict it), then to the smaller value, so a rerun keeps the same."""
-    keys = [*CHOICE_KEYS, "group_value"]
+    given the kept values' tokens so far (`stored`) and a batch's (`kept_values`)."""
+    return kept_values(stored, batch, CHOICE_KEYS, "group_value", "prompt_tokens", keep)
+
+
+def kept_values(
+    stored: pl.DataFrame,
+    batch: pl.DataFrame,
+    per: list[str],
+    value: str,
+    measure: str,
+    keep: int,
+) -> pl.DataFrame:
+    """The cap from the first write, for group values and segment names alike: per
+    `per` key, the `keep` values of `value` with the most `measure`, a value already
+    kept (in `stored`) counting its stored and batch rows, a new one its batch rows
+    alone. Ties go to the kept value (a new one must have more to evict it), then to
+    the smaller value, so a rerun keeps the same. Returns the (`per`, `value`) kept."""
+    keys = [*per, value]
     both = pl.concat(
         [
-            stored.select(*TOKENS_SCHEMA.keys(), pl.lit(True).alias("stored")),
-            batch.select(*TOKENS_SCHEMA.keys(), pl.lit(False).alias("stored")),
+            stored.select(*keys, measure, pl.lit(True).alias("stored")),
+            batch.select(*keys, measure, pl.lit(False).alias("stored")),
         ]
     )
     return (
         both.group_by(keys)
-        .agg(pl.col("prompt_tokens").sum(), pl.col("stored").any())
-        .sort("prompt_tokens", "stored", "group_value", descending=[True, True, False])
-        .filter(pl.int_range(pl.len()).over(CHOICE_KEYS) < keep)
+        .agg(pl.col(measure).sum(), pl.col("stored").any())
+        .sort(measure, "stored", value, descending=[True, True, False])
+        .filter(pl.int_range(pl.len()).over(per) < keep)
         .select(keys)
     )
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from service.rollups.groups import OTHER
+from service.rollups.groups import OTHER, kept_values
 
 #: A (service, model, name) with more distinct hashes than this in an hour that is
 #: over keeps only its KEEP most used ones as rows of their own.
@@ -226,19 +226,12 @@ def capped(stored: pl.DataFrame, batch: pl.DataFrame) -> pl.DataFrame:
 
 def _kept(stored: pl.DataFrame, batch: pl.DataFrame, column: str, rest: str) -> pl.DataFrame:
     """Per hour and (service, model), the `VALUES_KEPT` values of `column` carried by
-    the most requests (stored and batch rows of a kept value, batch rows alone of a
-    new one; ties go to a stored one, then to the smaller); `rest` and `OTHER` are
-    never candidates."""
+    the most requests (`groups.kept_values`); `rest` and `OTHER` are never
+    candidates."""
+    candidate = ~pl.col(column).is_in([rest, OTHER])
     hour = ["bucket_us", "service", "model"]
-    both = pl.concat(
-        [stored.with_columns(stored=pl.lit(True)), batch.with_columns(stored=pl.lit(False))]
-    ).filter(~pl.col(column).is_in([rest, OTHER]))
-    return (
-        both.group_by([*hour, column])
-        .agg(pl.col("requests").sum(), pl.col("stored").any())
-        .sort("requests", "stored", column, descending=[True, True, False])
-        .filter(pl.int_range(pl.len()).over(hour) < VALUES_KEPT)
-        .select(*hour, column)
+    return kept_values(
+        stored.filter(candidate), batch.filter(candidate), hour, column, "requests", VALUES_KEPT
     )
 
 

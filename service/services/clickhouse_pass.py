@@ -42,14 +42,8 @@ from service.clickhouse.pass_sql import Scope
 from service.profiles import profiles_for
 from service.repository.locks import ingest_quiesced
 from service.services import chart_rollups
-from service.services.analytics_pass import (
-    CURSOR,
-    STATE,
-    PassReport,
-    add_to_rollups,
-    exact_from_us,
-    replace_rollups_from,
-)
+from service.services.analytics_pass import CURSOR, STATE, PassReport, exact_from_us
+from service.services.rollup_writes import add_to_rollups, replace_rollups_from
 from service.settings import Settings
 
 _HOUR_US = 3600 * 1_000_000

@@ -30,8 +30,8 @@ from service.repository.dashboard import RollupRows
 from service.repository.series import Segment
 from service.rfc3339 import us_to_rfc3339
 from service.rollups import chart
-from service.services.analytics_pass import PREFIX_GRAINS_S
 from service.services.findings import findings
+from service.services.rollup_writes import PREFIX_GRAINS_S
 from service.services.series import SeriesAnswer, SeriesQuery, plan, series
 from service.settings import Settings
 

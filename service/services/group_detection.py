@@ -126,7 +126,7 @@ def watched_groups(
     whatever its cardinality, so it never holds up the others' detection): the
     scenarios with the most prompt tokens since `since_us`, the
     `detect_top_tenants` busiest tenants, and, when two or more served, the deploy
-    tags (`_latest_tags`)."""
+    tags (`_latest`)."""
     scope = chart.Scope(0, key[0], key[1])
     cap = settings.detect_max_group_values
     chosen = {}
@@ -134,10 +134,7 @@ def watched_groups(
         values = groups_repo.group_values(session, scope, by, 3600, since_us, None)
         if by == "deploy" and len(values) < 2:
             continue
-        if by == "deploy" and len(values) > cap:
-            ranked = _latest_tags(session, key, since_us)
-        else:
-            ranked = _busiest(values)
+        ranked = _latest(values) if by == "deploy" and len(values) > cap else _busiest(values)
         chosen[by] = ranked[: min(cap, settings.detect_top_tenants) if by == "tenant" else cap]
     return chosen
 
@@ -147,12 +144,11 @@ def _busiest(values: pl.DataFrame) -> list[str]:
     return values.sort(["prompt_tokens", "value"], descending=[True, False])["value"].to_list()
 
 
-def _latest_tags(session: Session, key: tuple[str, str], since_us: int) -> list[str]:
+def _latest(tags: pl.DataFrame) -> list[str]:
     """More deploy tags than are watched: those that served last first (by the last
     hour each served; then the busiest, ties by name). A canary and the release
     beside it serve now: ranked over the fortnight's tokens alone, a 10% canary of
     the last hour would come after every release that served a day at 100%."""
-    tags = detection_repo.deploy_tags_latest(session, key, since_us)
     order = tags.sort(["last_us", "prompt_tokens", "value"], descending=[True, True, False])
     return order["value"].to_list()
 

@@ -83,7 +83,7 @@ def ingest_usage(
     values: list[tuple[Any, ...]] = []
     rejected = RejectedKeeper(session, endpoint, received_us, rejected_limits)
     for item in items:
-        known = repeated.get(item.raw) if item.raw is not None else None
+        known = repeated.get(item.raw) if repeated and item.raw is not None else None
         if known is not None:
             request_id, reason = known
         else:

@@ -11,8 +11,8 @@ from service.repository import dashboard as dashboard_repo
 from service.repository.dashboard import RollupRows
 from service.repository.series import Segment
 from service.services import analytics_pass
-from service.services.analytics_pass import PREFIX_GRAINS_S
 from service.services.events import EventIn, record_events
+from service.services.rollup_writes import PREFIX_GRAINS_S
 from service.services.series import plan
 from service.settings import Settings
 from tests.alerts.conftest import FIXED_REGRESSION

@@ -19,7 +19,7 @@ from service.analytics.definitions import REWARM_COLUMNS
 from service.analytics.requests import compute_request_metrics
 from service.analytics.state import ReuseState, plan_from
 from service.models import AnalyticsState, ChartRollup, PrefixRollup, Rollup, UsageRecord
-from service.services import analytics_pass
+from service.services import analytics_pass, rollup_writes
 from service.services.analytics_pass import PassReport, catch_up
 from service.settings import Settings
 from tests.services.traffic import T0, US, rec, store, traffic
@@ -98,12 +98,12 @@ def prefix_requests(session: Session, grain_s: int) -> Counter[Key]:
 
 def assert_rollups_equal_one_pass(session: Session, window_s: float) -> pl.DataFrame:
     joined = one_pass(session, window_s)
-    for grain_s in analytics_pass.GRAINS_S:
+    for grain_s in rollup_writes.GRAINS_S:
         assert rollup_sums(session, grain_s) == expected_sums(joined, grain_s, True), grain_s
     for grain_s in (60, 300, 3600, 86_400):
         assert chart_sums(session, grain_s) == expected_sums(joined, grain_s, False), grain_s
     fingerprinted = joined.filter(pl.col("fingerprinted"))
-    for grain_s in analytics_pass.PREFIX_GRAINS_S:
+    for grain_s in rollup_writes.PREFIX_GRAINS_S:
         grain_us = grain_s * US
         want = Counter(
             (ts // grain_us * grain_us, key)

@@ -38,9 +38,9 @@ def get_groups(
     offset: OffsetParam = 0,
 ) -> list[dict[str, Any]]:
     """Each value of `by` with data in the range, most prompt tokens first: the totals
-    `/v1/metrics` answers with that value as its filter. Values outside the busiest
-    `CACHEWATCH_GROUP_VALUES_KEPT` of an hour that is over are not kept for that
-    hour (docs/groups.md). One page of at most `limit` values (default
+    `/v1/metrics` answers with that value as its filter. Each hour keeps at most
+    `CACHEWATCH_GROUP_VALUES_KEPT` values of a field, the rest summed in `(other)`,
+    listed like a value (docs/groups.md). One page of at most `limit` values (default
     `CACHEWATCH_READ_PAGE_LIMIT`) after `offset`; `X-Total-Count` says how many there
     are and `Link: <...>; rel="next"` gives the next page."""
     query = GroupsQuery(
