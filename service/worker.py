@@ -8,7 +8,10 @@ A job waits for a pass in progress elsewhere (another process's job, a
 past that it skips this run with one warning line and runs at its next interval."""
 
 import logging
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from threading import Event
 
 from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
@@ -19,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service import stopping
 from service.alerts import delivery as alerts_delivery
 from service.db import PassBusy, waiting_for_locks
+from service.repository.locks import LOCKED_AT
 from service.services import analytics_pass, detection, retention
 from service.settings import Settings
 from service.stopping import PassStopped, stop_on_signals, stopping_on
@@ -30,10 +34,41 @@ def jobs(settings: Settings) -> list[tuple[str, Callable[[Session, Settings], ob
     return [
         # One step per transaction (the loop in `_run`): ingestion gets in between.
         ("analytics", analytics_pass.catch_up_step, settings.analytics_interval_s),
-        ("detection", detection.detect, settings.detect_interval_s),
+        ("detection", detection.DetectionJob(), settings.detect_interval_s),
         ("alerts", alerts_delivery.run_job, settings.alerts_interval_s),
         ("retention", retention.run_job, settings.retention_interval_s),
     ]
+
+
+class _StepGate:
+    """On SQLite the jobs' steps take turns with ingestion: one step of any job at a
+    time in this process, and the write lock left free for `GAP_S` after each, so
+    an ingest post waiting for it (SQLite's busy handler retries every 100 ms at
+    most) gets in between two steps instead of waiting behind a chain of them (an
+    analytics step, then a detection step, then the alerts job...) until its busy
+    timeout and a 503. On PostgreSQL, where ingestion does not wait on the jobs,
+    every step goes through at once."""
+
+    GAP_S = 0.15
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free_at = 0.0
+
+    @contextmanager
+    def step(self, sqlite: bool) -> Iterator[None]:
+        if not sqlite:
+            yield
+            return
+        with self._lock:
+            time.sleep(max(0.0, self._free_at - time.monotonic()))
+            try:
+                yield
+            finally:
+                self._free_at = time.monotonic() + self.GAP_S
+
+
+_GATE = _StepGate()
 
 
 def _run(
@@ -42,12 +77,16 @@ def _run(
     factory: sessionmaker[Session],
     settings: Settings,
 ) -> None:
+    if (restart := getattr(job, "restart", None)) is not None:
+        restart()  # a job of steps that holds a plan starts a new one each run
     try:
         more = True
         while more:  # a job that works in steps says whether another one is due
-            with factory.begin() as session:
-                stopping.check(session)  # a stopping process starts no further step
-                more = getattr(job(session, settings), "more", False) is True
+            with _GATE.step(settings.database_url.startswith("sqlite")):
+                with factory.begin() as session:
+                    stopping.check(session)  # a stopping process starts no further step
+                    more = getattr(job(session, settings), "more", False) is True
+                _note_long_step(name, session, settings)
     except PassBusy as busy:
         log.warning(
             "job %s skipped: another pass holds the database (waited %g s); "
@@ -60,6 +99,23 @@ def _run(
     except Exception:
         # A failing job (database down) is retried at its next run; never fatal.
         log.exception("job %s failed", name)
+
+
+def _note_long_step(name: str, session: Session, settings: Settings) -> None:
+    """On SQLite, a step that held the write lock (from when it took it, not while it
+    waited for it) over half the busy timeout: ingest posts waiting on it may have
+    been answered 503 meanwhile."""
+    locked_at = session.info.get(LOCKED_AT)
+    if locked_at is None:
+        return
+    took_s = time.monotonic() - locked_at
+    if took_s * 2000 > settings.sqlite_busy_timeout_ms:
+        log.warning(
+            "job %s: one step took %.1f s (CACHEWATCH_SQLITE_BUSY_TIMEOUT_MS is %d)",
+            name,
+            took_s,
+            settings.sqlite_busy_timeout_ms,
+        )
 
 
 def configure(

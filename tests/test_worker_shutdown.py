@@ -5,7 +5,8 @@ wrapper around `service.cli` that slows `_detect_series`), so a pass over ten of
 takes ten. A dashboard read in flight waits for the pass (its catch-up needs the
 lock the pass holds: PostgreSQL's for as long as it takes, SQLite's for its busy
 timeout, here 30 s), and the server drains its requests before it stops: it used to
-wait for the whole pass after SIGTERM."""
+wait for the whole pass after SIGTERM. (The job commits a step per (service, model):
+the one it was in is rolled back.)"""
 
 import os
 import signal
@@ -152,7 +153,8 @@ def test_sigterm_during_a_detection_pass_stops_the_server_within_seconds(
         # It stopped after the (service, model) it was in, not after all ten.
         assert took < 4, f"{took:.1f} s after SIGTERM: {(tmp_path / 'server.log').read_text()}"
         assert _status(read) == 200  # the read went on once the pass stopped
-        # Nothing of the stopped pass is stored; the next pass does all of it.
+        # Nothing of the step it stopped (the first service's) is stored; steps commit
+        # one (service, model) each, and the next pass does every one.
         assert _regressions(settings) == 0, (tmp_path / "server.log").read_text()
         engine = make_engine(settings)
         with make_sessionmaker(engine).begin() as session:

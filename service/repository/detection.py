@@ -35,6 +35,7 @@ def series_keys(session: Session, since_us: int, service: str | None) -> list[tu
         select(ROLLUPS.c.service, ROLLUPS.c.model)
         .where(ROLLUPS.c.grain_s == 60, ROLLUPS.c.bucket_us >= since_us)
         .distinct()
+        .order_by(ROLLUPS.c.service, ROLLUPS.c.model)
     )
     if service is not None:
         query = query.where(ROLLUPS.c.service == service)

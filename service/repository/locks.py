@@ -51,6 +51,11 @@ def take_analytics_lock(session: Session) -> None:
     take_pass_lock(session, ANALYTICS_LOCK_KEY)
 
 
+#: `session.info` key: when a SQLite pass took the write lock (time.monotonic()), so
+#: the worker can tell how long a step held it (`service.worker`).
+LOCKED_AT = "cachewatch.locked_at"
+
+
 def take_pass_lock(session: Session, key: int) -> None:
     """The lock of a pass (analytics, detection), held until the transaction ends.
 
@@ -62,6 +67,7 @@ def take_pass_lock(session: Session, key: int) -> None:
     otherwise as long as it takes (SQLite: its busy timeout)."""
     conn = session.connection()
     if conn.dialect.name != "postgresql":
+        session.info.setdefault(LOCKED_AT, time.monotonic())
         return
     deadline = lock_deadline(conn)
     if deadline is None:

@@ -2,7 +2,7 @@
 attribution and cause, stored idempotently as regressions (contract section 5)."""
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy.orm import Session
 
@@ -30,32 +30,102 @@ class DetectionReport:
     created: list[Regression]
     updated: list[Regression]
     inferred_events: int
+    #: The worker's job (DetectionJob) says whether another step is due.
+    more: bool = False
 
     @property
     def changed(self) -> list[Regression]:
         return [*self.created, *self.updated]
 
+    def plus(self, other: "DetectionReport") -> "DetectionReport":
+        return DetectionReport(
+            [*self.created, *other.created],
+            [*self.updated, *other.updated],
+            self.inferred_events + other.inferred_events,
+            other.more,
+        )
+
+
+@dataclass
+class _Plan:
+    """What a pass examines, fixed at its start: the (service, model)s left to do."""
+
+    now_us: int
+    since_us: int
+    keys: list[tuple[str, str]]
+
 
 def detect(session: Session, settings: Settings, service: str | None = None) -> DetectionReport:
-    """One detection pass. Re-running it finds the same changes and updates them.
-    A pass whose process is stopping stops between two (service, model)s (or two
-    groups of one) with PassStopped: its transaction is rolled back, and the next
-    pass does it all again (service.stopping)."""
+    """One detection pass in the caller's transaction (`cachewatch detect`, the API).
+    Re-running it finds the same changes and updates them. A pass whose process is
+    stopping stops between two (service, model)s (or two groups of one) with
+    PassStopped: its transaction is rolled back, and the next pass does it all again
+    (service.stopping)."""
     detection_repo.take_detection_lock(session)
     analytics_pass.catch_up(session, settings)
+    plan, report = _start(session, settings, service)
+    for key in plan.keys:
+        report = report.plus(_detect_key(session, settings, plan, key))
+    telemetry.count_detection_run()
+    return report
+
+
+class DetectionJob:
+    """The detection job as the worker runs it: a step per transaction, so that no
+    pass holds SQLite's write lock (and every ingest post waiting on it) longer than
+    one step, on a database of any number of services. The steps: the analytics
+    catch-up (`catch_up_step`, as the analytics job), then the inferred events and
+    the list of (service, model)s, then one step per (service, model). Each step
+    takes the detection lock again, so a `cachewatch detect` elsewhere runs between
+    two of them at worst, which is harmless: detection is idempotent per (service,
+    model). Each run (the worker calls `restart` first) makes a new plan: one that
+    failed or stopped half-way is not continued."""
+
+    def __init__(self) -> None:
+        self._plan: _Plan | None = None
+
+    def restart(self) -> None:
+        self._plan = None
+
+    def __call__(self, session: Session, settings: Settings) -> DetectionReport:
+        detection_repo.take_detection_lock(session)
+        if self._plan is None:
+            if analytics_pass.catch_up_step(session, settings).more:
+                return DetectionReport([], [], 0, more=True)
+            self._plan, report = _start(session, settings, None)
+        else:
+            report = _detect_key(session, settings, self._plan, self._plan.keys.pop(0))
+        if self._plan.keys:
+            return replace(report, more=True)
+        self._plan = None
+        telemetry.count_detection_run()
+        return report
+
+
+def _start(
+    session: Session, settings: Settings, service: str | None
+) -> tuple[_Plan, DetectionReport]:
+    """The pass's window and (service, model)s, after the events it infers."""
     now_us = time.time_ns() // 1000
     since_us = _lookback_start(session, settings, now_us)
     inferred = infer_events(session, settings, since_us, service)
+    keys = detection_repo.series_keys(session, since_us, service)
+    return _Plan(now_us, since_us, keys), DetectionReport([], [], inferred)
+
+
+def _detect_key(
+    session: Session, settings: Settings, plan: _Plan, key: tuple[str, str]
+) -> DetectionReport:
+    """One (service, model)'s regressions, their alerts queued in the same
+    transaction (the outbox, service.alerts)."""
+    stopping.check(session)
     created: list[Regression] = []
     updated: list[Regression] = []
-    for svc, model in detection_repo.series_keys(session, since_us, service):
-        stopping.check(session)
-        for regression, is_new in _detect_series(session, settings, svc, model, since_us, now_us):
-            (created if is_new else updated).append(regression)
+    for regression, is_new in _detect_series(session, settings, *key, plan.since_us, plan.now_us):
+        (created if is_new else updated).append(regression)
     # Slack alerts (issue 5): queued in this transaction, sent by the alerts job.
-    outbox.enqueue_for_detection(session, created, updated, now_us)
-    telemetry.count_detection_run()
-    return DetectionReport(created, updated, inferred)
+    outbox.enqueue_for_detection(session, created, updated, plan.now_us)
+    return DetectionReport(created, updated, 0)
 
 
 def _detect_series(

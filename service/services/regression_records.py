@@ -226,7 +226,8 @@ def store(
     session: Session, settings: Settings, assessed: Assessed, now_us: int
 ) -> tuple[Regression, bool]:
     """Insert the regression, or update the one already stored for the same change:
-    the same change seen again (its estimate may move by a bucket or two), or a
+    the same change seen again (its estimate may move by a bucket or two: it takes
+    the new one, so a pass that saw part of the data, shuffled, is corrected), or a
     regression of the same series and cause that changed within this drop's span (a
     slow erosion found again from another step, or dated earlier with more data, or
     called over too soon by a pass that saw less: its first change, before side and
@@ -239,7 +240,9 @@ def store(
     existing = detection_repo.find_regression(
         session, service, model, change_us - slack, change_us + slack, (by, value)
     )
-    if existing is None:
+    if existing is not None:
+        existing.change_ts_us = change_us  # the estimate of the data now on record
+    else:
         existing = detection_repo.episode_within(
             session, service, model, (by, value), assessed.cause, assessed.span_us
         )

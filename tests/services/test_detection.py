@@ -3,13 +3,19 @@ changes nothing, a timestamp at the top of the system prompt and its fix, a
 scale-out to 4 round-robin replicas seen only in the records, a KV budget cut, a
 cold fan-out, a traffic doubling, quiet nights)."""
 
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session, sessionmaker
 
+from service import worker
 from service.models import ChangeEvent, Regression
-from service.services.detection import detect
+from service.services.analytics_pass import catch_up_step
+from service.services.detection import DetectionJob, detect
 from service.services.regressions import regression_to_json
 from service.settings import Settings
 from service.simulate import DetectionWeek, SimulationResult, detection_week, simulate
@@ -90,3 +96,76 @@ def test_a_pass_whose_process_is_stopping_stops_between_services(
     del session.info[STOP_KEY]
     (then,) = [r.service for r in detect(session, settings).created]
     assert {first, then} == {"one", "two"}
+
+
+class _Steps:
+    """The worker's factory, counting its transactions; from step `stop_at` on, each
+    session says the process is stopping (as `stopping_on` does on SIGTERM)."""
+
+    def __init__(self, factory: sessionmaker[Session], stop_at: int | None = None) -> None:
+        self.factory, self.stop_at, self.count = factory, stop_at, 0
+
+    @contextmanager
+    def begin(self) -> Iterator[Session]:
+        self.count += 1
+        with self.factory.begin() as session:
+            if self.stop_at is not None and self.count >= self.stop_at:
+                session.info[STOP_KEY] = lambda: True
+            yield session
+
+
+def test_the_job_detects_a_service_a_step_and_starts_over_when_stopped(
+    session_factory: sessionmaker[Session], settings: Settings
+) -> None:
+    """The worker's detection job commits after each step of the analytics catch-up
+    (the last one also infers the events and lists the (service, model)s), and after
+    each (service, model): SQLite's write lock, and every
+    ingest post waiting on it, is held one step at a time. Stopped mid-way, it drops
+    its plan and the next run does every service; what it finds is what one
+    transaction's `detect` finds (which then creates nothing)."""
+    with session_factory.begin() as session:
+        for service in ("one", "two", "three"):
+            store(session, [{**r, "service": service, "request_id": f"{service}-{r['request_id']}"}
+                            for r in drop_traffic()])  # fmt: skip
+    job = DetectionJob()
+    stopped = _Steps(session_factory, stop_at=3)
+    worker._run("detection", job, stopped, settings)  # type: ignore[arg-type]
+    assert stopped.count == 3
+    with session_factory() as session:
+        assert session.scalars(select(Regression.service)).all() == ["one"]
+    steps = _Steps(session_factory)
+    worker._run("detection", job, steps, settings)  # type: ignore[arg-type]
+    assert steps.count == 1 + 3  # the catch-up, events and plan; then each service
+    with session_factory() as session:
+        assert sorted(session.scalars(select(Regression.service))) == ["one", "three", "two"]
+        assert detect(session, settings).created == []
+
+
+def _found(session: Session) -> list[tuple[object, ...]]:
+    rows = session.execute(
+        select(Regression.service, Regression.cause, Regression.change_ts_us, Regression.status)
+    ).all()
+    return sorted(tuple(r) for r in rows)
+
+
+def test_a_shuffled_stream_detected_between_batches_finds_what_one_pass_finds(
+    session_factory: sessionmaker[Session], settings: Settings
+) -> None:
+    """Issue 32: records arriving shuffled, in batches, with the worker's analytics
+    and detection jobs run after each: the regressions at the end are one pass's
+    over the complete data (`bench/card_stream.py` does it with a real server)."""
+    records = [{**r, "service": s, "request_id": f"{s}-{r['request_id']}"}
+               for s in ("one", "two") for r in drop_traffic()]  # fmt: skip
+    random.Random(4).shuffle(records)
+    job = DetectionJob()
+    for start in range(0, len(records), 80):
+        with session_factory.begin() as session:
+            store(session, records[start : start + 80])
+        worker._run("analytics", catch_up_step, session_factory, settings)
+        worker._run("detection", job, session_factory, settings)
+    with session_factory.begin() as session:
+        detect(session, settings)
+        streamed = _found(session)
+        session.execute(delete(Regression))
+        detect(session, settings)
+        assert streamed == _found(session) and len(streamed) == 2
