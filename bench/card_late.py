@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -33,7 +32,7 @@ from typing import Any
 
 import httpx
 import orjson
-from _workers import run_worker  # the bench folder: the script's own
+from _workers import cli, run_worker  # the bench folder: the script's own
 
 ROOT = Path(__file__).resolve().parent.parent
 HOUR_US = 3600 * 1_000_000
@@ -125,18 +124,6 @@ def _worker(code: Path, *args: str) -> dict[str, Any]:
     return run_worker(__file__, code, *args)
 
 
-def _cli(code: Path, env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "service.cli", *args],
-        env=env,
-        cwd=code,
-        capture_output=True,
-        check=True,
-        timeout=120,
-    )
-    return done.stdout.decode().strip()
-
-
 class Poster:
     """Posts a batch of new records every POST_EVERY_S to the server until stopped,
     noting each post's wall time and status."""
@@ -198,7 +185,7 @@ def measure(code: Path, days: int, per_day: int, late: str) -> dict[str, Any]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEWATCH_")}
         env |= {"CACHEWATCH_DATABASE_URL": url, "CACHEWATCH_RUN_JOBS": "false"}
         env["PYTHONPATH"] = str(code)
-        token = _cli(code, env, "token", "create", "--scope", "ingest", "--name", "bench")
+        token = cli(code, env, "token", "create", "--scope", "ingest", "--name", "bench")
         port = free_port()
         server = start_server(env, port, Path(tmp) / "server.log", cwd=code)
         try:

@@ -8,7 +8,8 @@ not a test: prints numbers).
 2. The same records with 100k distinct static segment names (goal: bounded like
    the per-segment variant cap, so near the 1-name row).
 3. Passes of 5,000 records each bringing 5,000 new tenants and scenarios, all within
-   one hour (the open hour): the time of the 1st and the last pass (goal: flat).
+   one hour (the open hour): the time of the 1st and the last pass (goal: flat), and
+   the same records of one tenant beside it (what the hour's records cost alone).
 
 Each database is filled by one subprocess and caught up by another, so the pass's
 peak RSS is its own (`ru_maxrss` of a process that did only that, imports
@@ -31,11 +32,10 @@ import resource
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-from _workers import run_worker  # the bench folder: the script's own
+from _workers import drop_database, fresh_database, run_worker  # the bench folder: the script's own
 
 ROOT = Path(__file__).resolve().parent.parent
 HOUR_US = 3600 * 1_000_000
@@ -63,7 +63,8 @@ def _records(n: int, tenants: int, names: int) -> list[dict[str, Any]]:
 
     frame = requests(n).drop("id")
     span = SPAN_H * HOUR_US
-    frame = frame.with_columns((frame["ts_us"] - START_US) * span // (24 * HOUR_US) + START_US)
+    # Squeezed into the span: (ts - start) * span overflows int64, so divide first.
+    frame = frame.with_columns((frame["ts_us"] - START_US) // (24 * HOUR_US // span) + START_US)
     empty = {c: None for c in repository.USAGE_COLUMNS} | {"cache_write_tokens": 0}
     rows = []
     for i, r in enumerate(frame.to_dicts()):
@@ -127,11 +128,12 @@ def worker_pass(url: str) -> dict[str, Any]:
     return {"pass_s": took, "cpu_s": cpu, "records": records, "peak_mib": _peak_mib()}
 
 
-def worker_stream(url: str, passes: int) -> dict[str, Any]:
-    """`passes` passes, each over NEW_PER_PASS records of as many new tenants, all
-    in the synthetic start's hour (the passes' records follow each other in time)."""
+def worker_stream(url: str, passes: int, tenants: int) -> dict[str, Any]:
+    """`passes` passes, each over NEW_PER_PASS records (of as many new tenants when
+    `tenants` is their number, of one when it is 1), all in the synthetic start's
+    hour (the passes' records follow each other in time)."""
     settings, engine = _engine(url)
-    rows = _records(passes * NEW_PER_PASS, passes * NEW_PER_PASS, 0)
+    rows = _records(passes * NEW_PER_PASS, tenants, 0)
     hour = rows[0]["ts_us"] // HOUR_US * HOUR_US
     step = HOUR_US // (passes * NEW_PER_PASS)
     out = []
@@ -158,40 +160,13 @@ def _worker(code: Path, *args: str) -> dict[str, Any]:
     return run_worker(__file__, code, *args)
 
 
-def _fresh_url(base: str | None, tmp: Path, label: str) -> str:
-    if base is None:
-        return f"sqlite:///{tmp / (label + '.db')}"
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    name = f"cw_card_{label}_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    return make_url(base).set(database=name).render_as_string(hide_password=False)
-
-
-def _drop(base: str | None, url: str) -> None:
-    if base is None:
-        Path(url.removeprefix("sqlite:///")).unlink(missing_ok=True)
-        return
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{make_url(url).database}"'))
-    admin.dispose()
-
-
 def _case(code: Path, base: str | None, tmp: Path, n: int, tenants: int, names: int) -> Any:
-    url = _fresh_url(base, tmp, f"t{tenants}n{names}")
+    url = fresh_database(base, tmp, f"t{tenants}n{names}")
     try:
         _worker(code, "fill", url, str(n), str(tenants), str(names))
         return _worker(code, "pass", url)
     finally:
-        _drop(base, url)
+        drop_database(base, url)
 
 
 def run(
@@ -224,19 +199,27 @@ def run(
                 f"{out['peak_mib']:>6,.0f} MiB {out['peak_mib'] / first['peak_mib']:>5.2f}x"
             )
         if passes:
-            url = _fresh_url(database_url, tmp, "stream")
-            try:
-                out = _worker(code, "stream", url, str(passes))
-            finally:
-                _drop(database_url, url)
-            each = out["passes"]
-            lines.append(
-                f"+{NEW_PER_PASS:,} new tenants per pass, {passes} passes in one hour: "
-                f"pass 1 {each[0]['pass_s']:.2f} s ({each[0]['cpu_s']:.2f} s CPU), pass "
-                f"{passes} {each[-1]['pass_s']:.2f} s ({each[-1]['cpu_s']:.2f} s CPU): "
-                f"{each[-1]['pass_s'] / each[0]['pass_s']:.1f}x; RSS after pass 1 "
-                f"{each[0]['rss_mib']:,.0f} MiB, after pass {passes} {each[-1]['rss_mib']:,.0f} MiB"
-            )
+            lines += _streams(code, database_url, tmp, passes)
+    return lines
+
+
+def _streams(code: Path, database_url: str | None, tmp: Path, passes: int) -> list[str]:
+    """The passes of new tenants, and of one tenant as the control: what the open
+    hour's records cost by themselves (the reuse state holds the window's blocks)."""
+    lines = []
+    for label, tenants in (("new tenants", passes * NEW_PER_PASS), ("one tenant", 1)):
+        url = fresh_database(database_url, tmp, f"stream{tenants}")
+        try:
+            each = _worker(code, "stream", url, str(passes), str(tenants))["passes"]
+        finally:
+            drop_database(database_url, url)
+        lines.append(
+            f"+{NEW_PER_PASS:,} records per pass ({label}), {passes} passes in one hour: "
+            f"pass 1 {each[0]['pass_s']:.2f} s ({each[0]['cpu_s']:.2f} s CPU), pass "
+            f"{passes} {each[-1]['pass_s']:.2f} s ({each[-1]['cpu_s']:.2f} s CPU): "
+            f"{each[-1]['pass_s'] / each[0]['pass_s']:.1f}x; RSS after pass 1 "
+            f"{each[0]['rss_mib']:,.0f} MiB, after pass {passes} {each[-1]['rss_mib']:,.0f} MiB"
+        )
     return lines
 
 
@@ -258,7 +241,7 @@ def main() -> None:
         elif kind == "pass":
             out = worker_pass(url)
         else:
-            out = worker_stream(url, int(rest[0]))
+            out = worker_stream(url, int(rest[0]), int(rest[1]))
         print(json.dumps(out))
         return
     tenants = tuple(int(t) for t in args.tenants.split(",") if t)

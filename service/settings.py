@@ -72,13 +72,15 @@ class Settings(BaseSettings):
     analytics_interval_s: int = Field(30, gt=0)
     # The analytics pass commits in steps of at most this many new records (by arrival
     # id), each in its own transaction: on SQLite a step holds the write lock for
-    # about a second, so ingestion never waits long on the pass (docs/ingestion.md,
-    # "Late records and the pass"). Smaller steps cost more when records arrive out
-    # of time order: a step's records older than the one before's are late records.
-    analytics_step_records: int = Field(100_000, ge=1)
+    # a second or two (well inside `sqlite_busy_timeout_ms`), so ingestion never
+    # waits long on the pass (docs/ingestion.md, "Late records and the pass").
+    # Smaller steps cost more: each has its fixed costs (the open hour's and day's
+    # rows merged again), and a step's records older than the one before's are late
+    # records to it.
+    analytics_step_records: int = Field(50_000, ge=1)
     # ... and of at most about this many rollup minutes (a late record counting the
     # hours it makes the pass rebuild): sparse records cost by the buckets they touch.
-    analytics_step_minutes: int = Field(300, ge=1)
+    analytics_step_minutes: int = Field(1_500, ge=1)
     # The lasting-drop rule (contract sections 5 and 5c): at least this much absolute
     # and relative hit-rate drop, lasting at least `detect_min_duration_s` (in whole
     # detection buckets, rounded up).

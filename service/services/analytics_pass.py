@@ -5,7 +5,7 @@ Steps: the pass takes the new records in steps of at most `analytics_step_record
 (by arrival id); each step computes its records and writes their rollups, the
 state and the cursor together, so the background job commits each step on its own
 (`service.worker`) and a crash between steps leaves a pass that the next one
-continues exactly. On SQLite a step holds the write lock for about a second,
+continues exactly. On SQLite a step holds the write lock for a second or two,
 so ingestion never waits out a whole pass. `catch_up` runs the steps in the
 caller's transaction (a read's catch-up, detection, the tests).
 
@@ -156,29 +156,65 @@ def step_cut(batch: pl.DataFrame, state: ReuseState | None, max_minutes: int) ->
     """The last id of this step when the batch holds more work than `max_minutes`
     (None: take it all). The work of a step follows the rollup buckets it writes
     more than its records: 5,000 records on 5,000 distinct minutes cost as much as
-    a million in a few. So, in arrival order, each record opening a new minute
-    counts one, and each late record opening a new hour counts that hour and W
-    (the span it makes the pass rebuild), until the budget is spent; the step
-    ends before the record that exceeds it (at least one record is taken)."""
+    a million in a few. So, in arrival order, each new record counts the minutes it
+    adds to what the step writes: a forward record its minute if new; a late
+    record the hours its span adds to the union of the step's late spans
+    (`_late_minutes`). The step ends before the record that exceeds the budget (at
+    least one record is taken)."""
     if batch.height <= 1:
         return None
     by_id = batch.select("id", "ts_us").sort("id")
     ids, ts = by_id["id"].to_numpy(), by_id["ts_us"].to_numpy()
-    minute = ts // 60_000_000
-    key, weight = minute, np.ones(len(ts), dtype=np.int64)
+    late = np.zeros(len(ts), dtype=np.bool_)
     if state is not None and state.watermark is not None:
         late = late_mask(state, ts, ids)
-        span_minutes = 60 + min(state.window_us, UNBOUNDED_US) // 60_000_000
-        # A late hour's key cannot equal a minute's: minutes are counted from 0 up.
-        key = np.where(late, -(ts // _HOUR_US) - 1, minute)
-        weight = np.where(late, span_minutes, 1)
-    _, first = np.unique(key, return_index=True)
+    minute = np.where(late, -1, ts // 60_000_000)
+    _, first = np.unique(minute, return_index=True)
     opens = np.zeros(len(ts), dtype=np.int64)
-    opens[first] = weight[first]
-    over = np.flatnonzero(np.cumsum(opens) > max_minutes)
+    opens[first] = 1
+    opens[late] = 0
+    cost = np.cumsum(opens)
+    if late.any():
+        assert state is not None and state.watermark is not None
+        cost += _late_minutes(ts, late, min(state.window_us, UNBOUNDED_US), state.watermark[0])
+    over = np.flatnonzero(cost > max_minutes)
     if not len(over):
         return None
     return int(ids[max(int(over[0]), 1) - 1])
+
+
+def _late_minutes(ts: np.ndarray, late: np.ndarray, window_us: int, watermark: int) -> np.ndarray:
+    """For each prefix of the records (in arrival order), the minutes the pass
+    rebuilds for its late ones (`_take_batch`): the union of their spans, each from
+    its hour to the hour after ts + W, where a span reaching the watermark's hour
+    is one rebuild from there to the watermark. Linear in the records and the hours
+    covered."""
+    hour = ts // _HOUR_US
+    tail_hour = watermark // _HOUR_US
+    ends = (ts + window_us) // _HOUR_US + 1
+    at: list[int] = []  # where the union grows, and to how many minutes
+    minutes: list[int] = []
+    hours, first = np.unique(np.where(late, hour, -1), return_index=True)
+    covered: set[int] = set()
+    below = 0  # covered hours before the tail rebuild's first hour
+    tail_from = tail_hour + 1  # the tail rebuild's first hour (none yet)
+    for h, i in sorted(zip(hours.tolist(), first.tolist(), strict=True), key=lambda p: p[1]):
+        if h < 0:
+            continue
+        end = int(ends[i])
+        if end > tail_hour and h < tail_from:
+            below -= sum(1 for x in range(h, tail_from) if x in covered)
+            tail_from = h
+        elif end <= tail_hour:
+            for x in range(h, end):
+                if x not in covered:
+                    covered.add(x)
+                    below += x < tail_from
+        tail = 0 if tail_from > tail_hour else watermark // 60_000_000 - tail_from * 60
+        at.append(i)
+        minutes.append(below * 60 + tail)
+    step = np.searchsorted(np.asarray(at, dtype=np.int64), np.arange(len(ts)), side="right") - 1
+    return np.where(step >= 0, np.asarray([0, *minutes], dtype=np.int64)[step + 1], 0)
 
 
 def _take_batch(

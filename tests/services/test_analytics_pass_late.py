@@ -277,3 +277,23 @@ def test_a_shuffled_stream_shipped_between_passes_equals_one_pass(
         for url in urls:
             drop_database(url)
     assert streamed == once
+
+
+def test_late_records_reaching_the_tail_count_one_rebuild(
+    session: Session, settings: Settings
+) -> None:
+    """A shuffled batch, all late and all within W of the newest hour, is one rebuild
+    from its earliest hour to the watermark: it counts those minutes once (here
+    from T0 to the watermark, 359 of a 400-minute budget), not an hour and W for
+    each hour it touches (6 x 120), so it goes in one step with 41 forward records,
+    one a minute; the next record opens the next step."""
+    stepped = settings.model_copy(update={"analytics_step_minutes": 400})
+    store(session, [rec("newest", T0 + 6 * 3600 - 30, [1])])
+    assert catch_up_step(session, stepped).records == 1
+    late = [rec(f"l{i}", T0 + i * 600 + 1, [i]) for i in range(36)]
+    random.Random(2).shuffle(late)
+    store(session, [*late, *(rec(f"f{i}", T0 + 6 * 3600 + i * 60, [i]) for i in range(60))])
+    first = catch_up_step(session, stepped)
+    assert (first.records, first.more, first.recomputed_from_us) == (36 + 41, True, T0 * US)
+    assert catch_up_step(session, stepped).records == 19
+    assert (rows_of(session), state_of(session)) == from_scratch(session, settings)
