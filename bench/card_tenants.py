@@ -17,7 +17,7 @@ included). `--code DIR` runs another checkout's service code (e.g. a worktree of
 commit before), with this bench.
 
     .venv/bin/python bench/card_tenants.py [--records 100000] [--tenants 1,1000,10000,100000]
-        [--passes 10] [--code DIR] [--database-url URL]
+        [--passes 10] [--span-h 3] [--code DIR] [--database-url URL]
 
 `--database-url` (PostgreSQL) runs every case on that server instead, each in a
 fresh database created next to the one named.
@@ -52,8 +52,8 @@ def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _records(n: int, tenants: int, names: int) -> list[dict[str, Any]]:
-    """Rows of `usage_records` for n synthetic requests over SPAN_H hours from the
+def _records(n: int, tenants: int, names: int, span_h: int = SPAN_H) -> list[dict[str, Any]]:
+    """Rows of `usage_records` for n synthetic requests over `span_h` hours from the
     synthetic start, the i-th with tenant and scenario number i % tenants, and,
     with `names`, a static segment named after i % names."""
     sys.path.insert(0, str(ROOT / "bench"))
@@ -62,7 +62,7 @@ def _records(n: int, tenants: int, names: int) -> list[dict[str, Any]]:
     from service import repository
 
     frame = requests(n).drop("id")
-    span = SPAN_H * HOUR_US
+    span = span_h * HOUR_US
     # Squeezed into the span: (ts - start) * span overflows int64, so divide first.
     frame = frame.with_columns((frame["ts_us"] - START_US) // (24 * HOUR_US // span) + START_US)
     empty = {c: None for c in repository.USAGE_COLUMNS} | {"cache_write_tokens": 0}
@@ -114,9 +114,9 @@ def _catch_up(settings: Any, engine: Any) -> tuple[float, float, int]:
     return time.perf_counter() - started, _cpu_s() - cpu, report.records
 
 
-def worker_fill(url: str, n: int, tenants: int, names: int) -> dict[str, Any]:
+def worker_fill(url: str, n: int, tenants: int, names: int, span_h: int) -> dict[str, Any]:
     _, engine = _engine(url)
-    _insert(engine, _records(n, tenants, names))
+    _insert(engine, _records(n, tenants, names, span_h))
     engine.dispose()
     return {}
 
@@ -160,10 +160,12 @@ def _worker(code: Path, *args: str) -> dict[str, Any]:
     return run_worker(__file__, code, *args)
 
 
-def _case(code: Path, base: str | None, tmp: Path, n: int, tenants: int, names: int) -> Any:
+def _case(
+    code: Path, base: str | None, tmp: Path, n: int, tenants: int, names: int, span_h: int
+) -> Any:
     url = fresh_database(base, tmp, f"t{tenants}n{names}")
     try:
-        _worker(code, "fill", url, str(n), str(tenants), str(names))
+        _worker(code, "fill", url, str(n), str(tenants), str(names), str(span_h))
         return _worker(code, "pass", url)
     finally:
         drop_database(base, url)
@@ -176,12 +178,13 @@ def run(
     passes: int = 10,
     code: Path = ROOT,
     database_url: str | None = None,
+    span_h: int = SPAN_H,
 ) -> list[str]:
     """The lines to print: the cases of the module docstring, one subprocess each."""
     backend = "SQLite" if database_url is None else "PostgreSQL"
     lines = [
         f"group and segment cardinality ({backend}, {os.cpu_count()} CPUs, load "
-        f"{os.getloadavg()[0]:.2f}; code {code}): {records:,} records over {SPAN_H} h",
+        f"{os.getloadavg()[0]:.2f}; code {code}): {records:,} records over {span_h} h",
         "(wall time varies with the machine's load; CPU time, all threads, less so)",
         f"{'case':<44} {'pass s':>7} {'x':>6} {'CPU s':>7} {'x':>6} {'peak RSS':>10} {'x':>6}",
     ]
@@ -190,7 +193,7 @@ def run(
         first: dict[str, Any] | None = None
         cases = [(t, 0) for t in tenants] + ([(1, names)] if names else [])
         for t, m in cases:
-            out = _case(code, database_url, tmp, records, t, m)
+            out = _case(code, database_url, tmp, records, t, m, span_h)
             first = first or out
             label = f"{t:,} tenants and scenarios" + (f", {m:,} segment names" if m else "")
             lines.append(
@@ -231,6 +234,7 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=10, help="0: no per-pass series")
     parser.add_argument("--code", type=Path, default=ROOT)
     parser.add_argument("--database-url", default=None)
+    parser.add_argument("--span-h", type=int, default=SPAN_H, help="hours the records span")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -246,7 +250,13 @@ def main() -> None:
         return
     tenants = tuple(int(t) for t in args.tenants.split(",") if t)
     for line in run(
-        args.records, tenants, args.names, args.passes, args.code.resolve(), args.database_url
+        args.records,
+        tenants,
+        args.names,
+        args.passes,
+        args.code.resolve(),
+        args.database_url,
+        args.span_h,
     ):
         print(line, flush=True)
 
