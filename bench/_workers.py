@@ -67,5 +67,5 @@ def drop_database(base: str | None, url: str) -> None:
 
     admin = create_engine(base, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{make_url(url).database}"'))
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)'))
     admin.dispose()

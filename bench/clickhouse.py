@@ -38,9 +38,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
+
+from _workers import drop_database, fresh_database  # the bench folder: the script's own
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -67,28 +68,6 @@ def _rows(frame: Any, received_us: int) -> list[tuple[Any, ...]]:
     none = [None] * n
     columns = [given.get(c, none) for c in USAGE_COLUMNS]
     return list(zip(*columns, strict=True))
-
-
-def _fresh_postgres(url: str) -> str:
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    name = f"cw_bench_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    return make_url(url).set(database=name).render_as_string(hide_password=False)
-
-
-def _drop_postgres(admin_url: str, url: str) -> None:
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)'))
-    admin.dispose()
 
 
 def _timed(module: Any, name: str) -> list[float]:
@@ -120,7 +99,7 @@ def worker(
     from service.settings import Settings
 
     frame = synthetic(n)
-    pg_url = _fresh_postgres(pg_admin)
+    pg_url = fresh_database(pg_admin, Path(tempfile.gettempdir()), "clickhouse")
     chdb_dir = Path(tempfile.mkdtemp(prefix="cw-bench-chdb-"))
     out: dict[str, Any] = {"backend": backend, "records": n}
     try:
@@ -161,7 +140,7 @@ def worker(
         out["peak_mib"] = _peak_mib()
         engine.dispose()
     finally:
-        _drop_postgres(pg_admin, pg_url)
+        drop_database(pg_admin, pg_url)
         shutil.rmtree(chdb_dir, ignore_errors=True)
     return out
 

@@ -22,7 +22,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -32,11 +31,12 @@ from typing import Any
 import httpx
 import orjson
 import psutil
-from sqlalchemy import create_engine, func, select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import create_engine, func, select
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT_ROOT))
+
+from _workers import cli, drop_database, fresh_database  # noqa: E402  (the bench folder: the script's own)
 
 from service import migrate  # noqa: E402
 from service.db import make_engine  # noqa: E402
@@ -92,18 +92,6 @@ def rows_of(batches: list[bytes]) -> list[list[dict[str, Any]]]:
     ]
 
 
-def cli(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "service.cli", *args],
-        env=env,
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        check=True,
-        timeout=120,
-    )
-    return done.stdout.decode().strip()
-
-
 @dataclass
 class Server:
     url: str
@@ -117,8 +105,8 @@ def running_server(database_url: str, log_path: Path) -> Iterator[Server]:
     env["CACHEWATCH_DATABASE_URL"] = database_url
     # Ingestion alone: an analytics pass in the same process would compete for the GIL.
     env["CACHEWATCH_RUN_JOBS"] = "false"
-    cli(env, "migrate")
-    token = cli(env, "token", "create", "--scope", "ingest", "--name", "bench")
+    cli(PROJECT_ROOT, env, "migrate")
+    token = cli(PROJECT_ROOT, env, "token", "create", "--scope", "ingest", "--name", "bench")
     port = free_port()
     process = start_server(env, port, log_path, cwd=PROJECT_ROOT)
     try:
@@ -237,16 +225,11 @@ def direct_copy(database_url: str, rows: list[list[dict[str, Any]]]) -> float:
 
 @contextmanager
 def postgres_database(admin_url: str, label: str) -> Iterator[str]:
-    name = f"cw_bench_{label}_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = fresh_database(admin_url, Path(tempfile.gettempdir()), label)
     try:
-        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+        yield url
     finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        drop_database(admin_url, url)
 
 
 def report(
