@@ -10,12 +10,14 @@ Each part is its own module, runnable alone, exposing `run() -> list[str]`:
 * `card_late`: a pass over records on many distinct days, then one late record: its
   pass time against the first, and how long ingest waited meanwhile.
 * `card_rejected`: a small gzip body of a million bad lines: time and what is kept.
+* `card_steps`: the pass in steps of several sizes against one transaction, dense
+  and sparse records: total time and the longest step.
 * `card_stream`: a shuffled 6 h stream posted to a real server while its jobs run:
   the regressions against one pass's, and the posts' waits and 503s.
 
 Numbers only compare within one run (the machine is shared and noisy).
 
-    .venv/bin/python bench/cardinality.py [--only tenants,tags,late,rejected,stream]
+    .venv/bin/python bench/cardinality.py [--only tenants,tags,late,rejected,steps,stream]
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-PARTS = ("tenants", "tags", "late", "rejected", "stream")
+PARTS = ("tenants", "tags", "late", "rejected", "steps", "stream")
 
 
 def main() -> None:

@@ -51,11 +51,11 @@ from service.detection.evidence import OPENING_S
 from service.detection.lulls import LoadReference, smoothed_load
 from service.detection.seasonal import Season, season_of
 from service.detection.series import I64, Series
+from service.timeunits import DAY_US as _DAY_US
 
 Floats = npt.NDArray[np.float64]
 Bools = npt.NDArray[np.bool_]
 _EPSILON = 1e-9
-_DAY_US = 86_400 * 1_000_000
 
 
 @dataclass(frozen=True)

@@ -40,11 +40,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from service.timeunits import DAY_US
+
 Floats = npt.NDArray[np.float64]
 Bools = npt.NDArray[np.bool_]
 I64 = npt.NDArray[np.int64]
 
-DAY_US = 86_400 * 1_000_000
 #: Days whose median hit rate is the level a reference day's slot is compared with.
 LEVEL_DAYS = 7
 #: Same-kind days before a day that give its shape (the most recent ones).

@@ -38,6 +38,7 @@ from service.analytics.definitions import dollars
 from service.findings import fixes
 from service.findings.kinds import REWARM_KINDS, Finding
 from service.findings.thresholds import Thresholds
+from service.timeunits import DAY_US, HOUR_US
 
 _PER_CAUSE = ("rewarms", "rewarm_tokens", "wasted_usd")
 _REWRITE_SUMS = (
@@ -48,8 +49,6 @@ _REWRITE_SUMS = (
     "rewrite_wasted_usd",
 )
 
-HOUR_US = 3600 * 1_000_000
-DAY_US = 86_400 * 1_000_000
 #: The rollup sums the findings read (`hours`' columns besides its keys).
 SUMS_READ: tuple[str, ...] = (
     "requests",

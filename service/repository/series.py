@@ -14,6 +14,8 @@ from service.models import ChartRollup
 from service.repository.analytics import PREFIX_TABLE, ROLLUP_TABLE
 from service.repository.bulk import insert_frame
 from service.rollups.chart import CHART_SCHEMA, Scope
+from service.timeunits import DAY_US as _DAY_US
+from service.timeunits import HOUR_US as _HOUR_US
 
 CHART_TABLE = cast(Table, ChartRollup.__table__)
 CHART_COLUMNS = list(CHART_SCHEMA)
@@ -302,8 +304,6 @@ PREFIX_SUMS = [
     "rewarms",
     "rewarm_tokens",
 ]
-_HOUR_US = 3600 * 1_000_000
-_DAY_US = 86_400 * 1_000_000
 
 
 def rebuild_prefix_days(session: Session, from_us: int | None, to_us: int | None = None) -> None:

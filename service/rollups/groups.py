@@ -37,6 +37,8 @@ import polars as pl
 
 from service.analytics.definitions import SUM_COLUMNS, SUMS
 from service.rollups import aggregate, chart
+from service.timeunits import HOUR_US as _HOUR_US
+from service.timeunits import MINUTE_US as _MINUTE_US
 
 #: The columns a `group_rollups` row stores.
 STORED = [
@@ -53,8 +55,6 @@ STORED = [
 STORED_SCHEMA = {name: chart.CHART_SCHEMA[name] for name in STORED}
 #: A group's rows before they are merged over replicas.
 _KEYS = ["grain_s", "bucket_us", "service", "model", *chart.GROUP_KEYS, "replica"]
-_MINUTE_US = 60 * 1_000_000
-_HOUR_US = 60 * _MINUTE_US
 #: The group value standing for every value not kept in its (service, model, field)
 #: and hour. Reserved: a record sending it is counted in the rest (docs/groups.md).
 OTHER = "(other)"

@@ -42,6 +42,7 @@ from __future__ import annotations
 import polars as pl
 
 from service.rollups.groups import OTHER, kept_values
+from service.timeunits import HOUR_US
 
 #: A (service, model, name) with more distinct hashes than this in an hour that is
 #: over keeps only its KEEP most used ones as rows of their own.
@@ -57,7 +58,6 @@ VALUES_KEPT = 64
 #: 200 characters).
 FOLDED_NAME = ""
 
-HOUR_US = 3600 * 1_000_000
 KEYS = ["bucket_us", "service", "model", "scenario", "name", "hash"]
 GROUP = ["bucket_us", "service", "model", "name"]
 COUNTS = ["folded", "requests", "prompt_tokens", "lost_tokens"]

@@ -57,11 +57,12 @@ from service.repository import analytics as analytics_repo
 from service.repository import retention as retention_repo
 from service.services import chart_rollups, rollup_writes
 from service.settings import Settings
+from service.timeunits import DAY_US as _DAY_US
+from service.timeunits import HOUR_US as _HOUR_US
+from service.timeunits import MINUTE_US
 
 CURSOR = "usage"
 STATE = "reuse"
-_HOUR_US = 3600 * 1_000_000
-_DAY_US = 24 * _HOUR_US
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,7 @@ def step_cut(batch: pl.DataFrame, state: ReuseState | None, max_minutes: int) ->
     late = np.zeros(len(ts), dtype=np.bool_)
     if state is not None and state.watermark is not None:
         late = late_mask(state, ts, ids)
-    minute = np.where(late, -1, ts // 60_000_000)
+    minute = np.where(late, -1, ts // MINUTE_US)
     _, first = np.unique(minute, return_index=True)
     opens = np.zeros(len(ts), dtype=np.int64)
     opens[first] = 1
@@ -185,36 +186,28 @@ def step_cut(batch: pl.DataFrame, state: ReuseState | None, max_minutes: int) ->
 
 def _late_minutes(ts: np.ndarray, late: np.ndarray, window_us: int, watermark: int) -> np.ndarray:
     """For each prefix of the records (in arrival order), the minutes the pass
-    rebuilds for its late ones (`_take_batch`): the union of their spans, each from
-    its hour to the hour after ts + W, where a span reaching the watermark's hour
-    is one rebuild from there to the watermark. Linear in the records and the hours
-    covered."""
-    hour = ts // _HOUR_US
+    rebuilds for its late ones (`_take_batch`), in whole hours: the union of their
+    spans, each from its hour to the hour after ts + W, where a span reaching the
+    watermark's hour runs to it (one rebuild from the earliest such hour). Each
+    hour is added once: linear in the records and the hours covered."""
+    hour, ends = ts // _HOUR_US, (ts + window_us) // _HOUR_US + 1
     tail_hour = watermark // _HOUR_US
-    ends = (ts + window_us) // _HOUR_US + 1
-    at: list[int] = []  # where the union grows, and to how many minutes
-    minutes: list[int] = []
-    hours, first = np.unique(np.where(late, hour, -1), return_index=True)
-    covered: set[int] = set()
-    below = 0  # covered hours before the tail rebuild's first hour
     tail_from = tail_hour + 1  # the tail rebuild's first hour (none yet)
+    covered: set[int] = set()
+    at: list[int] = []  # where the union grows, and to how many hours
+    sizes: list[int] = []
+    hours, first = np.unique(np.where(late, hour, -1), return_index=True)
     for h, i in sorted(zip(hours.tolist(), first.tolist(), strict=True), key=lambda p: p[1]):
         if h < 0:
             continue
         end = int(ends[i])
-        if end > tail_hour and h < tail_from:
-            below -= sum(1 for x in range(h, tail_from) if x in covered)
-            tail_from = h
-        elif end <= tail_hour:
-            for x in range(h, end):
-                if x not in covered:
-                    covered.add(x)
-                    below += x < tail_from
-        tail = 0 if tail_from > tail_hour else watermark // 60_000_000 - tail_from * 60
+        if end > tail_hour:  # to the tail: only the hours below the last such start
+            end, tail_from = tail_from, min(tail_from, h)
+        covered.update(range(h, end))
         at.append(i)
-        minutes.append(below * 60 + tail)
+        sizes.append(len(covered))
     step = np.searchsorted(np.asarray(at, dtype=np.int64), np.arange(len(ts)), side="right") - 1
-    return np.where(step >= 0, np.asarray([0, *minutes], dtype=np.int64)[step + 1], 0)
+    return np.where(step >= 0, np.asarray([0, *sizes], dtype=np.int64)[step + 1] * 60, 0)
 
 
 def _take_batch(

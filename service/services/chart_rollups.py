@@ -22,12 +22,12 @@ from service import repository
 from service.repository import groups as groups_repo
 from service.repository import series as series_repo
 from service.rollups import chart
+from service.timeunits import DAY_US as _DAY_US
+from service.timeunits import HOUR_US as _HOUR_US
 
 MARKER = "chart_rollups"
 #: Bumped when the chart rows' content changes: the next pass rebuilds them all.
 VERSION = 2  # 2: the rows of groups (group_by, group_value)
-_HOUR_US = 3600 * 1_000_000
-_DAY_US = 86_400 * 1_000_000
 #: Hours with data per chart rebuild (`_day_batches`).
 BATCH_HOURS = 48
 

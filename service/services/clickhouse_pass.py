@@ -45,8 +45,7 @@ from service.services import chart_rollups
 from service.services.analytics_pass import CURSOR, STATE, PassReport, exact_from_us
 from service.services.rollup_writes import add_to_rollups, replace_rollups_from
 from service.settings import Settings
-
-_HOUR_US = 3600 * 1_000_000
+from service.timeunits import HOUR_US as _HOUR_US
 
 
 def catch_up(session: Session, settings: Settings, ch: ClickHouse) -> PassReport:

@@ -34,8 +34,8 @@ from service.repository import dashboard as dashboard_repo
 from service.repository import findings as findings_repo
 from service.repository import segments as segments_repo
 from service.settings import Settings
+from service.timeunits import HOUR_US as _HOUR_US
 
-_HOUR_US = 3600 * 1_000_000
 #: The capacity curve is read at these sizes (tokens): 1Ki to 16Gi, two a doubling.
 _SIZES = tuple(round(1024 * 2 ** (k / 2)) for k in range(0, 2 * 24 + 1))
 _REPLAYS_KEPT = 16

@@ -13,12 +13,10 @@ from service.models import RejectedRecord
 from service.repository.usage import count_rejected_since
 from service.rfc3339 import us_to_rfc3339
 from service.settings import Settings
+from service.timeunits import MINUTE_US as _MINUTE_US
 
 #: A reason is cut to this many characters (a validation error can quote its input).
 MAX_REASON_CHARS = 2000
-#: Sample rows written at a time.
-REJECTED_BATCH = 2000
-_MINUTE_US = 60_000_000
 
 
 @dataclass(frozen=True)
@@ -131,9 +129,7 @@ class RejectedKeeper:
         counts = self._count_rows()
         if len(samples) + len(counts) > budget and (dropped or counts):
             counts = [self._one_count_row()]  # the minute's budget is spent
-        rows = samples + counts
-        for start in range(0, len(rows), REJECTED_BATCH):
-            repository.add_rejected(self.session, rows[start : start + REJECTED_BATCH])
+        repository.add_rejected(self.session, samples + counts)  # bounded by the limits
 
     def _count_rows(self) -> list[dict[str, Any]]:
         note = "more records with this reason in this body were not kept"

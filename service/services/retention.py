@@ -29,9 +29,8 @@ from service import repository
 from service.repository import retention as retention_repo
 from service.services import analytics_pass
 from service.settings import Settings
+from service.timeunits import DAY_US, HOUR_US
 
-DAY_US = 86_400 * 1_000_000
-HOUR_US = 3600 * 1_000_000
 # Between batches: lets a writer waiting on SQLite's lock in before the next delete.
 PAUSE_S = 0.01
 

@@ -19,6 +19,7 @@ from service.repository import series as series_repo
 from service.rollups import aggregate, groups, segments
 from service.services import chart_rollups
 from service.settings import Settings
+from service.timeunits import HOUR_US as _HOUR_US
 
 #: The first hour of group rollups not compacted yet (service.rollups.groups).
 GROUPS_COMPACTED = "groups_compacted"
@@ -26,7 +27,6 @@ GRAINS_S = (60, 3600)
 #: Prefix rollups also per day: the dashboard's top prefixes over a month read 30
 #: rows per prefix and replica instead of 720.
 PREFIX_GRAINS_S = (60, 3600, 86_400)
-_HOUR_US = 3600 * 1_000_000
 
 
 def replace_rollups_from(

@@ -39,8 +39,8 @@ from service.analytics.definitions import (
 from service.repository import series as series_repo
 from service.repository.series import Segment
 from service.rollups import chart
+from service.timeunits import MINUTE_US
 
-MINUTE_US = 60 * 1_000_000
 #: Buckets a request may span over its data: every minute of a week, every 5
 #: minutes of a month, every hour of 14 months. Beyond it the answer is refused
 #: (400) rather than slow: the cost is about one row and one output object per

@@ -282,11 +282,11 @@ def test_a_shuffled_stream_shipped_between_passes_equals_one_pass(
 def test_late_records_reaching_the_tail_count_one_rebuild(
     session: Session, settings: Settings
 ) -> None:
-    """A shuffled batch, all late and all within W of the newest hour, is one rebuild
-    from its earliest hour to the watermark: it counts those minutes once (here
-    from T0 to the watermark, 359 of a 400-minute budget), not an hour and W for
-    each hour it touches (6 x 120), so it goes in one step with 41 forward records,
-    one a minute; the next record opens the next step."""
+    """A shuffled batch, all late, its spans reaching the newest hour, is one rebuild
+    from its earliest hour to the watermark: it counts those hours once (here 6,
+    360 minutes of a 400-minute budget), not an hour and W for each hour it touches
+    (6 x 120), so it goes in one step with 40 forward records, one a minute; the
+    next record opens the next step."""
     stepped = settings.model_copy(update={"analytics_step_minutes": 400})
     store(session, [rec("newest", T0 + 6 * 3600 - 30, [1])])
     assert catch_up_step(session, stepped).records == 1
@@ -294,6 +294,6 @@ def test_late_records_reaching_the_tail_count_one_rebuild(
     random.Random(2).shuffle(late)
     store(session, [*late, *(rec(f"f{i}", T0 + 6 * 3600 + i * 60, [i]) for i in range(60))])
     first = catch_up_step(session, stepped)
-    assert (first.records, first.more, first.recomputed_from_us) == (36 + 41, True, T0 * US)
-    assert catch_up_step(session, stepped).records == 19
+    assert (first.records, first.more, first.recomputed_from_us) == (36 + 40, True, T0 * US)
+    assert catch_up_step(session, stepped).records == 20
     assert (rows_of(session), state_of(session)) == from_scratch(session, settings)
