@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from threading import Event
 
 from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
@@ -72,6 +72,23 @@ _GATE = _StepGate()
 
 
 def _run(
+    name: str,
+    job: Callable[[Session, Settings], object],
+    factory: sessionmaker[Session],
+    settings: Settings,
+) -> None:
+    with _ALONE.get(name, nullcontext()):
+        _run_steps(name, job, factory, settings)
+
+
+#: Detection and alert delivery never run at once in one process: detection commits
+#: a (service, model) at a time, and a delivery between two of its steps would split
+#: one pass's regressions into several Slack messages instead of one digest.
+_DETECTION_OR_ALERTS = threading.Lock()
+_ALONE = {"detection": _DETECTION_OR_ALERTS, "alerts": _DETECTION_OR_ALERTS}
+
+
+def _run_steps(
     name: str,
     job: Callable[[Session, Settings], object],
     factory: sessionmaker[Session],
