@@ -1,5 +1,5 @@
-"""The ClickHouse tables' migrations: `migrations/clickhouse/*.sql`, applied in the
-order of their date-and-slug names, each once, recorded in `schema_migrations`.
+"""The ClickHouse tables' migrations: `service/clickhouse/migrations/*.sql`, applied in
+the order of their date-and-slug names, each once, recorded in `schema_migrations`.
 
 Alembic keeps the relational schema; it has no ClickHouse dialect of its own, so
 the ClickHouse side is plain SQL files in the layout Langfuse and Helicone use for
@@ -18,7 +18,9 @@ import polars as pl
 from service.clickhouse.client import ClickHouse
 from service.clickhouse.records import quote
 
-MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations" / "clickhouse"
+# Package data beside this module, so an installed wheel (the Docker image, a pip
+# install) carries them; a path into the source tree would not exist there.
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS schema_migrations (
     name String, applied_us Int64
