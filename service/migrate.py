@@ -1,33 +1,26 @@
-"""Running Alembic from code: `cachewatch migrate`, `cachewatch serve` and tests."""
+"""Running Alembic from code: `cachewatch migrate`, `cachewatch serve` and tests.
 
-import os
+The migrations are package data (`service/migrations/`), found beside this module
+wherever the package is installed: a wheel in site-packages (the Docker image, a
+pip install) runs them from any working directory, with no alembic.ini around.
+The project's alembic.ini is for developers' `alembic revision` only.
+"""
+
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-
-
-def migrations_home() -> Path:
-    """Where alembic.ini and migrations/ are: beside the package in a checkout or an
-    editable install; in the working directory when the package is installed into
-    site-packages (the Docker image runs from /app); or CACHEWATCH_MIGRATIONS_HOME."""
-    candidates = [os.environ.get("CACHEWATCH_MIGRATIONS_HOME"), PROJECT_ROOT, Path.cwd()]
-    for candidate in candidates:
-        if candidate and (Path(candidate) / "migrations" / "env.py").exists():
-            return Path(candidate)
-    raise FileNotFoundError(
-        "cannot find alembic.ini and migrations/: run from the project folder or set "
-        "CACHEWATCH_MIGRATIONS_HOME"
-    )
+SCRIPT_LOCATION = Path(__file__).resolve().parent / "migrations"
 
 
 def alembic_config() -> Config:
-    home = migrations_home()
-    config = Config(str(home / "alembic.ini"))
-    config.set_main_option("script_location", str(home / "migrations"))
+    """A file-less configuration: upgrading needs only the script location, and
+    the logging setup of an ini file would replace the command's own."""
+    config = Config()
+    config.set_main_option("script_location", str(SCRIPT_LOCATION))
+    config.set_main_option("path_separator", "os")
     config.attributes["configure_logger"] = False
     return config
 

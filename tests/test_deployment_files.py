@@ -127,7 +127,9 @@ def test_every_compose_command_is_a_real_cli_command(compose: dict[str, Any]) ->
 def test_dockerfile_installs_the_console_script_and_its_files() -> None:
     text = DOCKERFILE.read_text()
     assert text.startswith("FROM python:3.11"), "the project targets Python 3.11"
-    for needed in ("pyproject.toml", "alembic.ini", "service", "dashboards", "migrations"):
+    # The migrations are package data under service/: no alembic.ini or migrations/
+    # beside the package is needed (test_installed_package_finds_its_migrations).
+    for needed in ("pyproject.toml", "service", "dashboards"):
         assert any(
             line.startswith(("COPY", "ADD")) and needed in line for line in text.splitlines()
         ), f"the image lacks {needed}"
@@ -137,19 +139,23 @@ def test_dockerfile_installs_the_console_script_and_its_files() -> None:
 
 def test_installed_package_finds_its_migrations(tmp_path: Path) -> None:
     """The image installs the package into site-packages (`pip install .`, not
-    editable) while alembic.ini and migrations/ stay in /app, and runs the console
-    script from there. Reproduced here: `cachewatch migrate` must work in that layout,
-    or `cachewatch serve` dies at start in every container."""
+    editable) and runs the console script from a folder holding no alembic.ini or
+    migrations/. Reproduced here: `cachewatch migrate` must work in that layout, or
+    `cachewatch serve` dies at start in every container. (tests/clickhouse/
+    test_wheel.py does the same with the built wheel and a ClickHouse server.)"""
     site_packages, app_dir = tmp_path / "site-packages", tmp_path / "app"
-    shutil.copytree(PROJECT_ROOT / "service", site_packages / "service")
+    shutil.copytree(
+        PROJECT_ROOT / "service",
+        site_packages / "service",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     app_dir.mkdir()
-    shutil.copy(PROJECT_ROOT / "alembic.ini", app_dir / "alembic.ini")
-    shutil.copytree(PROJECT_ROOT / "migrations", app_dir / "migrations")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEWATCH_")}
     env["CACHEWATCH_DATABASE_URL"] = f"sqlite:///{tmp_path / 'image.db'}"
     # Like the console script: the installed package first on sys.path, not the cwd.
     script = (
         f"import sys; sys.path[0] = {str(site_packages)!r}; "
+        "import service; assert service.__file__.startswith(sys.path[0]), service.__file__; "
         "from service.cli import app; app(['migrate'])"
     )
     done = subprocess.run(

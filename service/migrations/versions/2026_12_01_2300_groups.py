@@ -11,6 +11,7 @@ chart rows and regressions are the whole scope's ('').
 """
 
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -68,7 +69,7 @@ _CHART_KEY = ("grain_s", "level", "service", "model", "bucket_us")
 _REGRESSION_KEY = ("service", "model", "change_ts_us")
 
 
-def _sum_columns() -> list[sa.Column[object]]:
+def _sum_columns() -> list[sa.Column[Any]]:
     big, late = sa.BigInteger(), {"nullable": False, "server_default": "0"}
     return [
         *[sa.Column(n, big, nullable=False) for n in _COUNTS],
