@@ -10,6 +10,7 @@ from service.alerts.mrkdwn import visible
 from service.alerts.subject import group_text
 from service.alerts.wording import cost_phrase, pct
 from service.clickhouse import clickhouse_for
+from service.clickhouse.client import ChdbDirectoryBusy, ClickHouse
 from service.db import PassBusy, make_engine, make_sessionmaker, waiting_for_locks
 from service.fingerprint.cli import app as diff_app
 from service.settings import Settings, get_settings
@@ -42,7 +43,7 @@ def migrate() -> None:
     engine = make_engine(settings)
     migrations.upgrade(engine)
     engine.dispose()
-    if clickhouse_for(settings) is not None:  # migrates its tables on first use
+    if clickhouse_or_exit(settings) is not None:  # migrates its tables on first use
         typer.echo("ClickHouse tables are at the latest schema", err=True)
     typer.echo("database is at the latest schema", err=True)
 
@@ -56,7 +57,15 @@ def serve(
     """Migrate the database, then serve the API and dashboard."""
     import uvicorn
 
-    load_profiles_or_exit(get_settings())
+    settings = get_settings()
+    if workers > 1 and (settings.clickhouse_url or "").startswith("chdb:"):
+        typer.echo(
+            "cachewatch: chdb runs in one process only: serve it with --workers 1, "
+            "or use a ClickHouse server (CACHEWATCH_CLICKHOUSE_URL=http://host:8123/db)",
+            err=True,
+        )
+        raise typer.Exit(code=2)
+    load_profiles_or_exit(settings)
     migrate()
     uvicorn.run(
         "service.api.app:create_app",
@@ -76,7 +85,8 @@ def worker() -> None:
     settings = get_settings()
     load_profiles_or_exit(settings)
     migrate()
-    jobs.run_forever(make_sessionmaker(make_engine(settings), clickhouse_for(settings)), settings)
+    factory = make_sessionmaker(make_engine(settings), clickhouse_or_exit(settings))
+    jobs.run_forever(factory, settings)
 
 
 @app.command()
@@ -95,7 +105,7 @@ def detect(
     settings = get_settings()
     load_profiles_or_exit(settings)
     engine = make_engine(settings)
-    factory = make_sessionmaker(engine, clickhouse_for(settings))
+    factory = make_sessionmaker(engine, clickhouse_or_exit(settings))
     try:
         with waiting_for_locks(factory, settings.pass_lock_wait_s).begin() as session:
             report = run_detection(session, settings, service)
@@ -176,7 +186,7 @@ def report(
     settings = get_settings()
     load_profiles_or_exit(settings)
     engine = make_engine(settings)
-    factory = make_sessionmaker(engine, clickhouse_for(settings))
+    factory = make_sessionmaker(engine, clickhouse_or_exit(settings))
     catch_up_before_read(factory, settings)
     with factory() as session:
         result = findings(
@@ -227,7 +237,7 @@ def retention(
 
     settings = get_settings()
     engine = make_engine(settings)
-    report = purge(make_sessionmaker(engine, clickhouse_for(settings)), settings)
+    report = purge(make_sessionmaker(engine, clickhouse_or_exit(settings)), settings)
     engine.dispose()
     if as_json:
         typer.echo(orjson.dumps(dataclasses.asdict(report)).decode())
@@ -237,6 +247,17 @@ def retention(
         f"rejected records older than {settings.retention_days} days "
         f"({report.batches} batches)"
     )
+
+
+def clickhouse_or_exit(settings: Settings) -> ClickHouse | None:
+    """The ClickHouse client, or the command stopped with one line on stderr and
+    exit code 1 when it is chdb and another process (a `cachewatch serve`) holds its
+    directory: a traceback would hide that chdb runs in one process only."""
+    try:
+        return clickhouse_for(settings)
+    except ChdbDirectoryBusy as exc:
+        typer.echo(f"cachewatch: {exc}", err=True)
+        raise typer.Exit(code=1) from None
 
 
 def load_profiles_or_exit(settings: Settings) -> None:

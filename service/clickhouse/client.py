@@ -92,16 +92,70 @@ def _close_all() -> None:
         client.close()
 
 
+class ChdbDirectoryBusy(RuntimeError):
+    """Another process holds chdb's data directory. chdb is the ClickHouse server
+    inside the process, and like a server it locks its directory (an exclusive
+    `flock` on `status`, which names the holder's PID): a second process cannot
+    open it. chdb itself then raises a bare "Error initializing EmbeddedServer" and
+    prints the real cause on stderr, so the holder is looked up here first and the
+    commands can say in one line what to do instead."""
+
+    def __init__(self, path: Path, pid: int) -> None:
+        holder = f"process {pid}" if pid else "another process"
+        super().__init__(
+            f"chdb runs in one process only: its directory {path} is held by {holder}. "
+            "`cachewatch serve` runs the worker's jobs (analytics, detection, alerts, "
+            "retention) in-process and migrates at start, so no other cachewatch "
+            "command can open it meanwhile; stop it first, or use a ClickHouse server "
+            "(CACHEWATCH_CLICKHOUSE_URL=http://host:8123/db) to run several processes"
+        )
+        self.path, self.pid = path, pid
+
+    @staticmethod
+    def holder_of(path: Path) -> int | None:
+        """The PID of another process holding the directory (0 when its status file
+        does not say), or None when it is free or held by this very process (whose
+        clients share it)."""
+        import fcntl
+        import os
+
+        try:
+            fd = os.open(path / "status", os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        except BlockingIOError:
+            status = os.read(fd, 4096).decode(errors="replace")
+        finally:
+            os.close(fd)
+        pid = next((int(w) for w in status.split()[1:2] if w.isdigit()), 0)
+        return None if pid == os.getpid() else pid
+
+
 class ChdbClient:
     """The in-process engine. One connection per client, used by one thread at a
-    time (chdb connections are not thread-safe; the API answers on a thread pool)."""
+    time (chdb connections are not thread-safe; the API answers on a thread pool).
+    One process only: ChdbDirectoryBusy when another one holds the directory."""
 
     def __init__(self, path: Path, database: str) -> None:
         import chdb
 
         self.database = database
         self._lock = threading.Lock()
-        self._conn = chdb.connect(str(path))
+        holder = ChdbDirectoryBusy.holder_of(path)
+        if holder is not None:
+            raise ChdbDirectoryBusy(path, holder)
+        try:
+            self._conn = chdb.connect(str(path))
+        except RuntimeError:
+            # Taken between the look and the connect.
+            holder = ChdbDirectoryBusy.holder_of(path)
+            if holder is None:
+                raise
+            raise ChdbDirectoryBusy(path, holder) from None
         _OPEN.add(self)
         self._conn.query(f"CREATE DATABASE IF NOT EXISTS {database}")
         self._conn.query(f"USE {database}")
