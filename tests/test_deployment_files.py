@@ -16,7 +16,11 @@ from service.cli import app as cli_app
 from tests.conftest import PROJECT_ROOT, skip_or_fail
 
 COMPOSE_FILE = PROJECT_ROOT / "docker-compose.yml"
+#: Added on top of COMPOSE_FILE for the records in ClickHouse.
+CLICKHOUSE_FILE = PROJECT_ROOT / "docker-compose.clickhouse.yml"
 DOCKERFILE = PROJECT_ROOT / "Dockerfile"
+#: The services that run until stopped: each must come back after a crash or reboot.
+LONG_RUNNING = ("postgres", "api", "worker", "clickhouse")
 
 
 def docker_compose() -> str:
@@ -26,11 +30,14 @@ def docker_compose() -> str:
     return str(found)
 
 
-def run_compose(*args: str) -> subprocess.CompletedProcess[str]:
+def run_compose(
+    *args: str, files: tuple[Path, ...] = (COMPOSE_FILE,)
+) -> subprocess.CompletedProcess[str]:
     # A clean environment: no COMPOSE_* or CACHEWATCH_* from the caller changes the file.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "CACHEWATCH_"))}
+    chosen = [part for file in files for part in ("-f", str(file))]
     return subprocess.run(
-        [docker_compose(), "-f", str(COMPOSE_FILE), *args],
+        [docker_compose(), *chosen, *args],
         cwd=PROJECT_ROOT,
         env=env,
         capture_output=True,
@@ -42,14 +49,24 @@ def run_compose(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
     """The file as docker-compose resolves it (anchors, defaults, short syntax)."""
-    as_json = run_compose("config", "--format", "json")  # Compose v2
+    return resolved_config((COMPOSE_FILE,))
+
+
+@pytest.fixture(scope="module")
+def compose_clickhouse() -> dict[str, Any]:
+    """docker-compose.yml with docker-compose.clickhouse.yml on top, resolved."""
+    return resolved_config((COMPOSE_FILE, CLICKHOUSE_FILE))
+
+
+def resolved_config(files: tuple[Path, ...]) -> dict[str, Any]:
+    as_json = run_compose("config", "--format", "json", files=files)  # Compose v2
     # v1 answers an unknown option with its help text and exit status 0.
     if as_json.returncode == 0 and as_json.stdout.lstrip().startswith("{"):
         config: dict[str, Any] = json.loads(as_json.stdout)
         return config
     # Compose v1 (Debian 12) prints YAML only; it is a Python program that always
     # has PyYAML, which this venv lacks: its own interpreter converts the output.
-    resolved = run_compose("config")
+    resolved = run_compose("config", files=files)
     assert resolved.returncode == 0, resolved.stderr
     interpreter = Path(docker_compose()).read_text().splitlines()[0].removeprefix("#!").strip()
     converted = subprocess.run(
@@ -68,8 +85,11 @@ def compose() -> dict[str, Any]:
     return config
 
 
-def test_compose_file_validates() -> None:
-    validated = run_compose("config", "-q")
+@pytest.mark.parametrize(
+    "files", [(COMPOSE_FILE,), (COMPOSE_FILE, CLICKHOUSE_FILE)], ids=["postgres", "clickhouse"]
+)
+def test_compose_file_validates(files: tuple[Path, ...]) -> None:
+    validated = run_compose("config", "-q", files=files)
     assert validated.returncode == 0, validated.stderr
     assert validated.stdout == ""
 
@@ -176,15 +196,63 @@ def _volume_source_target(volume: Any) -> tuple[str, str]:
     return source, target
 
 
-def test_clickhouse_service(compose: dict[str, Any]) -> None:
-    """ClickHouse is there for the deployments that set CACHEWATCH_CLICKHOUSE_URL
-    (a profile: `docker-compose --profile clickhouse up`); left unset, the records
-    stay in PostgreSQL."""
-    clickhouse = compose["services"]["clickhouse"]
-    assert clickhouse["image"].startswith("clickhouse/clickhouse-server:")
-    assert clickhouse["profiles"] == ["clickhouse"]
-    targets = {_volume_source_target(v) for v in clickhouse.get("volumes", [])}
-    assert ("chdata", "/var/lib/clickhouse") in targets
-    assert any("/ping" in part for part in clickhouse["healthcheck"]["test"])
+def test_clickhouse_service(compose: dict[str, Any], compose_clickhouse: dict[str, Any]) -> None:
+    """ClickHouse comes with docker-compose.clickhouse.yml: the API and the worker
+    point at it and start once it answers (they create its tables on start: before,
+    they started beside a server still booting and the API answered every POST 500).
+    Without the second file the records stay in PostgreSQL and nothing waits for it."""
+    assert "clickhouse" not in compose["services"]
     for name in ("api", "worker"):
         assert compose["services"][name]["environment"]["CACHEWATCH_CLICKHOUSE_URL"] == ""
+    services = compose_clickhouse["services"]
+    clickhouse = services["clickhouse"]
+    assert clickhouse["image"].startswith("clickhouse/clickhouse-server:")
+    assert "profiles" not in clickhouse
+    targets = {_volume_source_target(v) for v in clickhouse.get("volumes", [])}
+    assert ("chdata", "/var/lib/clickhouse") in targets
+    assert "chdata" in compose_clickhouse.get("volumes", {})
+    assert any("/ping" in part for part in clickhouse["healthcheck"]["test"])
+    user, password = (
+        clickhouse["environment"][k] for k in ("CLICKHOUSE_USER", "CLICKHOUSE_PASSWORD")
+    )
+    database = clickhouse["environment"]["CLICKHOUSE_DB"]
+    for name in ("api", "worker"):
+        url = services[name]["environment"]["CACHEWATCH_CLICKHOUSE_URL"]
+        assert url == f"http://{user}:{password}@clickhouse:8123/{database}", url
+        assert services[name]["depends_on"]["clickhouse"]["condition"] == "service_healthy"
+        assert services[name]["depends_on"]["postgres"]["condition"] == "service_healthy"
+        # The second file adds to the first: the rest of the service is unchanged.
+        assert services[name]["command"] == compose["services"][name]["command"]
+
+
+@pytest.mark.parametrize("variant", ["compose", "compose_clickhouse"])
+def test_every_dependency_waits_for_a_healthcheck(
+    variant: str, request: pytest.FixtureRequest
+) -> None:
+    """`service_started` only waits for the container to exist: PostgreSQL still
+    recovering or ClickHouse still booting would fail the migrations at start."""
+    services = request.getfixturevalue(variant)["services"]
+    for name, service in services.items():
+        for needed, how in service.get("depends_on", {}).items():
+            assert how["condition"] == "service_healthy", (name, needed, how)
+            test = services[needed]["healthcheck"]["test"]
+            assert test and test != ["NONE"], (needed, test)
+
+
+@pytest.mark.parametrize("variant", ["compose", "compose_clickhouse"])
+def test_long_running_services_restart(variant: str, request: pytest.FixtureRequest) -> None:
+    """A crashed worker stops detection and alerts silently: each service comes back
+    after a crash or a reboot of the Docker host, unless stopped on purpose."""
+    services = request.getfixturevalue(variant)["services"]
+    for name in LONG_RUNNING:
+        if name in services:
+            assert services[name].get("restart") == "unless-stopped", name
+
+
+def test_the_jobs_run_in_the_worker(compose: dict[str, Any]) -> None:
+    """The layout of docs/deployment.md: the API replica serves, the worker runs the
+    analytics pass, detection, alerts and retention (docs/dashboard.md counts on it)."""
+    services = compose["services"]
+    assert services["api"]["environment"]["CACHEWATCH_RUN_JOBS"] == "false"
+    assert services["worker"]["command"] == ["cachewatch", "worker"]
+    assert "CACHEWATCH_RUN_JOBS" not in services["worker"]["environment"]
