@@ -6,7 +6,6 @@ by a racing retry counts once."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -176,24 +175,6 @@ def newest_record(
         {"provider": pl.String(), "cache_ttl_s": pl.Float64()},
     )
     return None if frame.height == 0 else (frame["provider"][0], frame["cache_ttl_s"][0])
-
-
-def drop_days_before(ch: ClickHouse, before_us: int) -> int:
-    """Retention: drop the day partitions (UTC days of `ts_us`, named YYYYMMDD)
-    wholly before `before_us` from the records' tables; returns how many usage
-    records they held."""
-    cut = int(datetime.fromtimestamp(before_us / 1e6, UTC).strftime("%Y%m%d"))
-    frame = ch.query(
-        """SELECT partition AS p, sum(rows) AS n FROM system.parts
-           WHERE database = currentDatabase() AND table = 'usage_records' AND active
-           GROUP BY partition""",
-        {"p": pl.String(), "n": pl.Int64()},
-    )
-    days = {int(p.strip("'")): int(n) for p, n in frame.iter_rows() if int(p.strip("'")) < cut}
-    for day in days:
-        for table in ("usage_records", "block_uses", "session_requests", "request_results"):
-            ch.command(f"ALTER TABLE {table} DROP PARTITION {day}")
-    return sum(days.values())
 
 
 def capacity_totals(

@@ -2,13 +2,20 @@
 retention horizon the analytics pass must respect. Callers pass a session; nothing
 here commits."""
 
+import polars as pl
 from sqlalchemy import Table, select
 from sqlalchemy.orm import Session
 
 from service.clickhouse import clickhouse_of
-from service.clickhouse import reads as ch_reads
+from service.clickhouse.client import ClickHouse
 from service.models import AnalyticsCursor, AnalyticsState
+from service.repository.locks import ingest_quiesced
 from service.repository.usage import REJECTED_TABLE, USAGE_TABLE
+
+#: A ClickHouse deployment's tables, each partitioned by this day of `ts_us`
+#: (service/clickhouse/migrations: the partition key, and so the partition's id).
+CLICKHOUSE_TABLES = ("usage_records", "block_uses", "session_requests", "request_results")
+_DAY = "toYYYYMMDD(toDateTime(intDiv({}, 1000000)))"
 
 # An `analytics_state` row: its `max_ts_us` is the newest cutoff retention has used,
 # so records with an older `ts` may be gone (its `state` blob is unused).
@@ -66,17 +73,54 @@ def delete_old_usage(
 ) -> tuple[int, int] | None:
     """Delete up to `limit` usage records with `ts_us < before_us` and an id in
     (after_id, up_to_id]; returns (deleted, last id examined), None when done.
-    On ClickHouse: the day partitions wholly before `before_us`, in one step (its
-    records of a day go when the whole day is past the cutoff)."""
+    On ClickHouse: the day partitions wholly before `before_us` that hold no id
+    above `up_to_id`, in one step (`drop_counted_days`)."""
     if (ch := clickhouse_of(session)) is not None:
         if after_id >= up_to_id:
             return None
-        return ch_reads.drop_days_before(ch, before_us), up_to_id
+        return drop_counted_days(session, ch, before_us, up_to_id), up_to_id
     found = _next_range(session, USAGE_TABLE, "ts_us", after_id, up_to_id, before_us, limit)
     if found is None:
         return None
     low, high = found
     return _delete_range(session, USAGE_TABLE, "ts_us", low, high, before_us), high
+
+
+def drop_counted_days(session: Session, ch: ClickHouse, before_us: int, up_to_id: int) -> int:
+    """Retention on ClickHouse: drop the day partitions of every table wholly
+    before `before_us` whose records all have ids <= `up_to_id` (the analytics
+    cursor); returns how many usage record rows they held.
+
+    A day is dropped whole or not at all, so the relational rule (only records
+    the pass has counted go) becomes: a day holding one record above the cursor
+    (history replayed into it, or a pass behind) is kept whole until a pass has
+    counted it; a later run drops it. No insert may land in a checked day before
+    its drop: on PostgreSQL the check and the drops wait out every insert in
+    flight and hold off new ones (`ingest_quiesced`; an ingest holds that lock
+    shared until its ClickHouse insert is written), on SQLite the caller's
+    transaction holds the write lock (the analytics lock)."""
+    with ingest_quiesced(session):
+        days = _counted_days(ch, before_us, up_to_id)
+        for day in days:
+            for table in CLICKHOUSE_TABLES:
+                ch.command(f"ALTER TABLE {table} DROP PARTITION {day}")
+    return sum(days.values())
+
+
+def _counted_days(ch: ClickHouse, before_us: int, up_to_id: int) -> dict[int, int]:
+    """{day partition: usage record rows} of the days before the one of
+    `before_us` whose highest id is <= `up_to_id`. The day is the tables' own
+    partition expression (applied to `before_us` too), so the ids match the
+    partitions whatever the server's time zone; max(id) and count() read two
+    small columns of the old days only."""
+    frame = ch.query(
+        f"""SELECT {_DAY.format("ts_us")} AS day, max(id) AS top, count() AS n
+            FROM usage_records
+            WHERE {_DAY.format("ts_us")} < {_DAY.format(f"toInt64({int(before_us)})")}
+            GROUP BY day""",
+        {"day": pl.Int64(), "top": pl.Int64(), "n": pl.Int64()},
+    )
+    return {int(day): int(n) for day, top, n in frame.iter_rows() if top <= up_to_id}
 
 
 def delete_old_rejected(
