@@ -18,8 +18,6 @@ here is `FINAL`, so counts stay exact (docs/deployment.md, "Duplicates").
 
 from __future__ import annotations
 
-import random
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
@@ -28,44 +26,11 @@ import numpy as np
 import polars as pl
 
 from service.clickhouse.client import ClickHouse
+from service.clickhouse.ids import IDS, IdSource, id_floor
 from service.usage_row import USAGE_COLUMNS
 
-_SEQ_BITS, _SALT_BITS = 12, 10
-_SHIFT = _SEQ_BITS + _SALT_BITS
 #: ReplacingMergeTree keeps the highest version: the lowest id, the first received.
 _VERSION_BASE = 2**63 - 1
-
-
-def id_floor(t_us: int) -> int:
-    """The smallest id a record received at or after `t_us` can have."""
-    return (t_us // 1000) << _SHIFT
-
-
-class IdSource:
-    """Snowflake-style ids for one process (module docstring). Thread-safe."""
-
-    def __init__(self, salt: int | None = None) -> None:
-        self._salt = random.getrandbits(_SALT_BITS) if salt is None else salt
-        self._lock = threading.Lock()
-        self._ms = 0
-        self._seq = 0
-
-    def take(self, n: int, now_us: int | None = None) -> np.ndarray:
-        """`n` increasing ids, received now."""
-        now_ms = (time.time_ns() // 1000 if now_us is None else now_us) // 1000
-        out = np.empty(n, dtype=np.int64)
-        with self._lock:
-            if now_ms > self._ms:
-                self._ms, self._seq = now_ms, 0
-            for i in range(n):
-                if self._seq == 1 << _SEQ_BITS:
-                    self._ms, self._seq = self._ms + 1, 0
-                out[i] = (self._ms << _SHIFT) | (self._salt << _SEQ_BITS) | self._seq
-                self._seq += 1
-        return out
-
-
-IDS = IdSource()
 
 
 def quote(text: str) -> str:
