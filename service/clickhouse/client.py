@@ -41,6 +41,12 @@ ASYNC_INSERT = {"async_insert": 1, "wait_for_async_insert": 1}
 ARROW_FROM = (23,)
 
 
+#: Current servers refuse an insert whose rows fall in more than 100 partitions (days
+#: here): replayed history, or a pass deriving a year's late records, does. Lifted
+#: on every statement of the servers that have the setting (18.16 has no limit).
+UNLIMITED_PARTITIONS = "max_partitions_per_insert_block"
+
+
 class ClickHouseError(RuntimeError):
     """The server refused a statement (its message attached)."""
 
@@ -159,6 +165,7 @@ class ChdbClient:
         _OPEN.add(self)
         self._conn.query(f"CREATE DATABASE IF NOT EXISTS {database}")
         self._conn.query(f"USE {database}")
+        self._conn.query(f"SET {UNLIMITED_PARTITIONS} = 0")
 
     def command(self, sql: str) -> None:
         with self._lock:
@@ -198,6 +205,7 @@ class HttpClient:
     timeout_s: float = 300.0
     _client: httpx.Client = field(init=False)
     _version: tuple[int, ...] | None = field(init=False, default=None)
+    _settings: dict[str, Any] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self._client = httpx.Client(base_url=self.base_url, auth=self.auth, timeout=self.timeout_s)
@@ -219,7 +227,16 @@ class HttpClient:
         return self._version
 
     def command(self, sql: str) -> None:
-        self._post(sql)
+        self._post(sql, **self._statement_settings())
+
+    def _statement_settings(self) -> dict[str, Any]:
+        """`UNLIMITED_PARTITIONS` where the server knows it."""
+        if self._settings is None:
+            known = self._post(
+                f"SELECT count() FROM system.settings WHERE name = '{UNLIMITED_PARTITIONS}'"
+            )
+            self._settings = {UNLIMITED_PARTITIONS: 0} if known.strip() == b"1" else {}
+        return self._settings
 
     def query(self, sql: str, schema: Mapping[str, pl.DataType] | None = None) -> pl.DataFrame:
         if self.version() >= ARROW_FROM:
@@ -235,6 +252,7 @@ class HttpClient:
         if frame.is_empty():
             return
         settings = ASYNC_INSERT if self.version() >= (21, 11) else {}
+        settings = {**settings, **self._statement_settings()}
         columns = ", ".join(frame.columns)
         body = frame.write_ndjson().encode()
         self._post(f"INSERT INTO {table} ({columns}) FORMAT JSONEachRow", body=body, **settings)

@@ -30,8 +30,13 @@ request in the session, however old: `reuse_sql` reads the range's sessions from
 `session_requests` (sorted by session, so each session's latest request before the
 range is a primary-key read) and gives the leading blocks in common with it.
 
-Every statement reads `FINAL`: two stored copies of one request (a retry that
-raced its first attempt) count once, the first received (docs/deployment.md).
+No statement reads `FINAL` (on 18.16 it merges the parts in one stream, the
+slowest read there is): a request is stored once (the insert checks and writes
+under one lock, service.clickhouse.records), and the rows derived from it may be
+there twice (a pass that died after deriving them, service.clickhouse.derive), which
+every statement here tolerates: uses are grouped per (key, request) with their
+positions as a set, session rows taken once per (session, request), and the rest
+are maxima or distinct values.
 Written for what ClickHouse 18.16 (Debian's package) and current releases share:
 one JOIN per SELECT with USING, `ANY LEFT JOIN`, arrays and lambdas, no CTEs and
 no window functions.
@@ -99,8 +104,8 @@ def _keys_of(scope: Scope, group: str) -> str:
     array: a request that repeats a key does not see its own copy."""
     return f"""
     SELECT model, kind, key, id, any(ts_us) AS ts, ifNull(any(ttft_ms), nan) AS ttft,
-           groupArray(pos) AS positions
-    FROM block_uses FINAL WHERE {scope.in_range()} AND {group}
+           groupUniqArray(pos) AS positions
+    FROM block_uses WHERE {scope.in_range()} AND {group}
     GROUP BY model, kind, key, id
     UNION ALL
     SELECT model, kind, key, tupleElement(last, 2) AS id, tupleElement(last, 1) AS ts,
@@ -108,7 +113,7 @@ def _keys_of(scope: Scope, group: str) -> str:
     FROM (
         SELECT model, kind, key,
                argMax((ts_us, id, ifNull(ttft_ms, nan)), (ts_us, id)) AS last
-        FROM block_uses FINAL
+        FROM block_uses
         WHERE {scope.before_range()} AND {group}
           AND key IN (SELECT key FROM block_uses WHERE {scope.in_range()} AND {group})
         GROUP BY model, kind, key
@@ -206,7 +211,7 @@ def _sessions(scope: Scope) -> str:
     Read from session_requests: each session's requests from `from_us` on, and
     its latest one before (through the primary key, however long ago)."""
     sessions = (
-        "session_id IN (SELECT session_id FROM usage_records FINAL "
+        "session_id IN (SELECT session_id FROM usage_records "
         f"WHERE {scope.computed()} AND isNotNull(session_id))"
     )
     high = int(scope.high_id)
@@ -227,13 +232,14 @@ FROM (
             SELECT arraySort(x -> (tupleElement(x, 2), tupleElement(x, 1)), groupArray(r)) AS s
             FROM (
                 SELECT session_id, (id, ts_us, prompt_tokens, block_size, block_hashes) AS r
-                FROM session_requests FINAL
+                FROM session_requests
                 WHERE {scope.in_range()} AND {sessions}
+                LIMIT 1 BY session_id, id
                 UNION ALL
                 SELECT session_id,
                        argMax((id, ts_us, prompt_tokens, block_size, block_hashes),
                               (ts_us, id)) AS r
-                FROM session_requests FINAL
+                FROM session_requests
                 WHERE ts_us < {int(scope.from_us)} AND id <= {high} AND {sessions}
                 GROUP BY session_id
             )
@@ -254,7 +260,7 @@ def reuse_sql(scope: Scope) -> str:
     records = f"""
 SELECT {cols}, toInt64(length(block_hashes)) AS n_blocks, has_blocks,
        if(length(block_hashes) > 0, block_hashes[1], toInt64(0)) AS first_block
-FROM usage_records FINAL WHERE {scope.computed()}"""
+FROM usage_records WHERE {scope.computed()}"""
     joined = records
     for n, part in enumerate((_blocks_per_request(), _prefix_per_request(), _sessions(scope))):
         joined = f"SELECT * FROM ({joined}) AS l{n} ANY LEFT JOIN ({part}) AS r{n} USING (id)"
@@ -275,13 +281,13 @@ FROM (
     SELECT model, kind, key,
            arraySort(x -> (tupleElement(x, 1), tupleElement(x, 2)), groupArray((ts, id))) AS u
     FROM (
-        SELECT DISTINCT model, kind, key, replica, ts_us AS ts, id FROM block_uses FINAL
+        SELECT DISTINCT model, kind, key, replica, ts_us AS ts, id FROM block_uses
         WHERE {scope.in_range()} AND {asked}
         UNION ALL
         SELECT model, kind, key, replica, tupleElement(last, 1) AS ts, tupleElement(last, 2) AS id
         FROM (
             SELECT model, kind, key, replica, argMax((ts_us, id), (ts_us, id)) AS last
-            FROM block_uses FINAL WHERE {scope.before_range()} AND {asked}
+            FROM block_uses WHERE {scope.before_range()} AND {asked}
             GROUP BY model, kind, key, replica
         )
     )

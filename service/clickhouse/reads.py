@@ -181,17 +181,19 @@ def capacity_totals(
     ch: ClickHouse, model: str | None, from_us: int | None, to_us: int | None
 ) -> pl.DataFrame:
     """Per block size, the requests with blocks of a model's range, their prompt
-    tokens and the tokens their blocks cover (the sampled curve's exact totals)."""
+    tokens, the tokens their blocks cover (the sampled curve's exact totals) and
+    their block uses (what sets the sample's rate)."""
     where = _range(model, from_us, to_us)
     return ch.query(
         f"""SELECT ifNull(block_size, 0) AS block_size, count() AS requests,
                    sum(prompt_tokens) AS prompt_total,
                    sum(least(prompt_tokens, length(block_hashes) * ifNull(block_size, 0)))
-                       AS covered_total
+                       AS covered_total,
+                   sum(length(block_hashes)) AS uses
             FROM usage_records FINAL WHERE {where} AND length(block_hashes) > 0
             GROUP BY block_size""",
         {"block_size": pl.Int64(), "requests": pl.Int64(), "prompt_total": pl.Int64(),
-         "covered_total": pl.Int64()},
+         "covered_total": pl.Int64(), "uses": pl.Int64()},
     )  # fmt: skip
 
 
@@ -199,18 +201,20 @@ def sampled_uses(
     ch: ClickHouse, model: str | None, from_us: int | None, to_us: int | None, predicate: str
 ) -> pl.DataFrame:
     """The block uses whose key passes `predicate` (a SHARDS sample), in replay
-    order ((ts, id), then position), with the tokens each block covers."""
+    order ((ts, id), then position), with the tokens each block covers. Read from
+    the records themselves, not `block_uses`, which the analytics pass fills
+    (service.clickhouse.derive): the curve covers records it has not read yet."""
     where = _range(model, from_us, to_us)
     return ch.query(
-        f"""SELECT id, ts_us, model, key, pos,
-                   least(bs, greatest(0, prompt_tokens - toInt64(pos) * bs)) AS tokens
+        f"""SELECT id, ts_us, model, key, toInt64(position - 1) AS pos,
+                   least(bs, greatest(0, prompt_tokens - pos * bs)) AS tokens
             FROM (
-                SELECT id, ts_us, model, key, pos FROM block_uses FINAL
-                WHERE kind = 0 AND {where} AND {predicate}
-            ) AS u ANY LEFT JOIN (
-                SELECT id, prompt_tokens, ifNull(block_size, 0) AS bs
-                FROM usage_records FINAL WHERE {where}
-            ) AS r USING (id)
+                SELECT id, ts_us, model, block_hashes, prompt_tokens,
+                       ifNull(block_size, 0) AS bs
+                FROM usage_records FINAL WHERE {where} AND length(block_hashes) > 0
+            )
+            ARRAY JOIN block_hashes AS key, arrayEnumerate(block_hashes) AS position
+            WHERE {predicate}
             ORDER BY ts_us, id, pos""",
         {"id": pl.Int64(), "ts_us": pl.Int64(), "model": pl.String(), "key": pl.Int64(),
          "pos": pl.Int64(), "tokens": pl.Int64()},

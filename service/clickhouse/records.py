@@ -11,9 +11,10 @@ later insert can fall below it, on any API host whose clock is within the lag.
 
 Duplicates. A record whose request_id is stored is a duplicate (contract
 section 1): the insert looks the batch's request_ids up first and stores only the
-new ones. Two batches racing with the same request_id can both pass that look-up;
-the tables' ReplacingMergeTree then keeps the first one received, and every read
-here is `FINAL`, so counts stay exact (docs/deployment.md, "Duplicates").
+new ones, under a lock its caller holds until the insert is written
+(`service.repository.usage`: an advisory lock on PostgreSQL, the write lock on
+SQLite), so two batches with one request_id are told apart exactly: the second
+finds the first's copy stored and counts it as a duplicate.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import numpy as np
 import polars as pl
 
 from service.clickhouse.client import ClickHouse
-from service.clickhouse.ids import IDS, IdSource, id_floor
+from service.clickhouse.ids import IdSource, id_floor
+from service.timeunits import HOUR_US
 from service.usage_row import USAGE_COLUMNS
 
 #: ReplacingMergeTree keeps the highest version: the lowest id, the first received.
@@ -38,16 +40,33 @@ def quote(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def stored_request_ids(ch: ClickHouse, request_ids: Sequence[str]) -> set[str]:
+def hour_of(ts_us: int) -> int:
+    """The hour of the tables' sorting key, `intDiv(ts_us, 3600000000)`: ClickHouse
+    divides toward zero, Python's `//` toward minus infinity."""
+    hours = abs(int(ts_us)) // HOUR_US
+    return -hours if ts_us < 0 else hours
+
+
+def stored_request_ids(ch: ClickHouse, keys: Sequence[tuple[str, int]]) -> set[str]:
+    """Which of the (request_id, ts_us) are stored. Looked up by (hour,
+    request_id), the sorting key's prefix, so the read is the granules of the
+    batch's hours that hold its ids, whatever the table's size: a retry or a
+    replayed copy carries its record's ts (a copy with another ts is a new record
+    here; docs/deployment.md, "Duplicates")."""
     found: set[str] = set()
-    for start in range(0, len(request_ids), 5000):
-        chunk = ", ".join(quote(r) for r in request_ids[start : start + 5000])
-        frame = ch.query(
-            f"SELECT DISTINCT request_id FROM usage_records WHERE request_id IN ({chunk})",
-            {"request_id": pl.String()},
-        )
+    for start in range(0, len(keys), 5000):
+        frame = ch.query(stored_sql(keys[start : start + 5000]), {"request_id": pl.String()})
         found.update(frame["request_id"].to_list())
     return found
+
+
+def stored_sql(keys: Sequence[tuple[str, int]]) -> str:
+    """The stored request_ids of (request_id, ts_us) pairs (`stored_request_ids`)."""
+    pairs = ", ".join(f"({hour_of(ts)}, {quote(r)})" for r, ts in keys)
+    return (
+        "SELECT DISTINCT request_id FROM usage_records "
+        f"WHERE (intDiv(ts_us, {HOUR_US}), request_id) IN ({pairs})"
+    )
 
 
 def block_lists(blobs: Sequence[bytes | None]) -> pl.Series:
@@ -68,14 +87,14 @@ def block_lists(blobs: Sequence[bytes | None]) -> pl.Series:
     return every.select(pl.col("block_hashes").fill_null(empty))["block_hashes"]
 
 
-def insert_usage(ch: ClickHouse, values: Iterable[tuple[Any, ...]], ids: IdSource = IDS) -> int:
+def insert_usage(ch: ClickHouse, values: Iterable[tuple[Any, ...]], ids: IdSource) -> int:
     """Rows in `usage_row_values` form with distinct request_ids: the ones not
     stored yet are inserted (durable when this returns). Returns how many."""
     rows = list(values)
     if not rows:
         return 0
-    at = USAGE_COLUMNS.index("request_id")
-    stored = stored_request_ids(ch, [r[at] for r in rows])
+    at, ts_at = USAGE_COLUMNS.index("request_id"), USAGE_COLUMNS.index("ts_us")
+    stored = stored_request_ids(ch, [(r[at], r[ts_at]) for r in rows])
     rows = [r for r in rows if r[at] not in stored]
     if not rows:
         return 0
@@ -154,7 +173,7 @@ def new_records(
         f"""SELECT count() AS n, min(ts_us) AS first, countIf({late}) AS n_late,
                    minIf(ts_us, {late}) AS first_late,
                    argMax(ts_us, (ts_us, id)) AS newest_ts, max((ts_us, id)).2 AS newest_id
-            FROM usage_records FINAL WHERE id > {int(after_id)} AND id <= {int(high_id)}"""
+            FROM usage_records WHERE id > {int(after_id)} AND id <= {int(high_id)}"""
     )
     row = frame.row(0, named=True)
     return NewRecords(

@@ -12,6 +12,10 @@ from service.db import PassBusy, lock_deadline
 
 INGEST_LOCK_KEY = 0x63_77_69_6E  # "cwin"
 ANALYTICS_LOCK_KEY = 0x63_77_61_6E  # "cwan"
+#: Held by a ClickHouse deployment's ingest transaction from its duplicate check to
+#: its insert's answer: two batches with one request_id are then told apart exactly
+#: (service.clickhouse.records, "Duplicates").
+CLICKHOUSE_INSERT_LOCK_KEY = 0x63_77_63_68  # "cwch"
 
 
 # Held shared by every ingest transaction until it ends. Sent by the PostgreSQL insert

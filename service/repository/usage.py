@@ -11,10 +11,14 @@ from sqlalchemy import Table, func, select, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from service.clickhouse import clickhouse_of
+from service.clickhouse import clickhouse_of, ids_of
 from service.clickhouse import records as ch_records
 from service.models import RejectedRecord
-from service.repository.locks import HOLD_INGEST_LOCK
+from service.repository.locks import (
+    CLICKHOUSE_INSERT_LOCK_KEY,
+    HOLD_INGEST_LOCK,
+    take_pass_lock,
+)
 from service.repository.sqlite_insert import plan_inserts
 
 # The row is described in `service.usage_row` (both ingest paths build it there);
@@ -32,11 +36,14 @@ def insert_usage_values(session: Session, values: Iterable[tuple[Any, ...]]) -> 
     (also by a concurrent writer). Returns how many were inserted. `values` may be
     lazy: an exception it raises leaves none of its rows stored, and propagates."""
     if (ch := clickhouse_of(session)) is not None:
+        ids = ids_of(session)
+        ids.ready()  # its claim is a transaction of its own: before this one's locks
         if session.get_bind().dialect.name == "postgresql":
             # Held until the ingest transaction ends, after the insert: the pass
             # waits for it before reading the highest id (service.clickhouse.records).
             session.execute(text(HOLD_INGEST_LOCK))
-        return ch_records.insert_usage(ch, values)
+        take_pass_lock(session, CLICKHOUSE_INSERT_LOCK_KEY)  # SQLite: its write lock
+        return ch_records.insert_usage(ch, values, ids)
     rows = iter(values)
     first = next(rows, None)
     if first is None:

@@ -38,6 +38,7 @@ from service.analytics._arrays import window_us
 from service.clickhouse import analytics as ch_analytics
 from service.clickhouse import records as ch_records
 from service.clickhouse.client import ClickHouse
+from service.clickhouse.derive import derive
 from service.clickhouse.pass_sql import Scope
 from service.profiles import profiles_for
 from service.repository.locks import ingest_quiesced
@@ -59,6 +60,7 @@ def catch_up(session: Session, settings: Settings, ch: ClickHouse) -> PassReport
     mark_window, mark = _watermark(session)
     exact_from = exact_from_us(session, w_us)
     new = ch_records.new_records(ch, low, high, mark)
+    derive(ch, low, high)  # before the cursor moves past them: service.clickhouse.derive
     if new.n == 0:
         repository.set_cursor(session, CURSOR, high, time.time_ns() // 1000)
         return PassReport(0, None)

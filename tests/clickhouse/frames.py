@@ -11,6 +11,7 @@ import polars as pl
 
 from service.clickhouse import records as ch_records
 from service.clickhouse.client import ClickHouse
+from service.clickhouse.derive import derive
 from service.usage_row import USAGE_COLUMNS
 
 
@@ -26,12 +27,15 @@ class GivenIds:
 
 
 def insert_frame(ch: ClickHouse, frame: pl.DataFrame, batch: int = 20_000) -> None:
-    """Every row of `frame` as a stored record: request_id `r<id>`, received at 0."""
+    """Every row of `frame` as a stored record: request_id `r<id>`, received at 0,
+    with the rows a pass derives from it (service.clickhouse.derive)."""
     rows = frame.to_dicts()
     for start in range(0, len(rows), batch):
         chunk = rows[start : start + batch]
         values = [_values(r) for r in chunk]
         ch_records.insert_usage(ch, values, GivenIds([int(r["id"]) for r in chunk]))  # type: ignore[arg-type]
+    if rows:
+        derive(ch, min(r["id"] for r in rows) - 1, max(r["id"] for r in rows))
 
 
 def _values(row: dict[str, Any]) -> tuple[Any, ...]:
