@@ -479,3 +479,17 @@ class AlertWebhook(Base):
 
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     next_send_us: Mapped[int] = mapped_column(BigInteger)
+
+
+class IdSaltLease(Base):
+    """A process's lease on one salt of the ClickHouse record ids
+    (service.clickhouse.ids, which says why two processes cannot make one id).
+    `generation` grows by one at every write: claims, renewals and releases are
+    compare-and-set on it. A row is inserted the first time its salt is taken."""
+
+    __tablename__ = "id_salt_leases"
+
+    salt: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    holder: Mapped[str] = mapped_column(String(200))
+    generation: Mapped[int] = mapped_column(BigInteger)
+    expires_us: Mapped[int] = mapped_column(BigInteger)

@@ -27,7 +27,7 @@ from service.api.routers import (
     rejected,
     usage,
 )
-from service.clickhouse import clickhouse_for
+from service.clickhouse import clickhouse_for, ids_for
 from service.db import make_engine, make_sessionmaker
 from service.profiles import profiles_for
 from service.services.tokens import TokenCache
@@ -37,6 +37,12 @@ from service.settings import Settings, get_settings
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
+    # A ClickHouse deployment's record ids: their salt leased now, not by the first
+    # ingest request (on SQLite it would wait for its own write lock), and freed at
+    # shutdown for the next process (service.clickhouse.ids).
+    ids = ids_for(app.state.engine) if settings.clickhouse_url else None
+    if ids is not None:
+        ids.start()
     scheduler = (
         worker.start_background(app.state.sessionmaker, settings) if settings.run_jobs else None
     )
@@ -46,6 +52,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         if scheduler is not None:
             scheduler.shutdown(wait=False)
+        if ids is not None:
+            ids.release()
         app.state.engine.dispose()
 
 

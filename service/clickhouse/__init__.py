@@ -6,20 +6,26 @@ The relational session carries the ClickHouse client (`Session.info`), so the
 repository functions that read or write usage records ask `clickhouse_of(session)`
 and answer from ClickHouse when it is set: their callers do not change. Without
 the setting nothing here is imported by the hot paths and nothing changes.
+
+The records' ids come from `ids_for(engine)`: one source per process and
+relational database, its salt leased there (service.clickhouse.ids).
 """
 
 from __future__ import annotations
 
 import threading
 
+from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from service.clickhouse.client import ClickHouse, connect
+from service.clickhouse.ids import IdSource, SaltLease
 from service.settings import Settings
 
 INFO_KEY = "clickhouse"
 
 _clients: dict[str, ClickHouse] = {}
+_ids: dict[str, IdSource] = {}
 _lock = threading.Lock()
 
 
@@ -43,3 +49,21 @@ def clickhouse_for(settings: Settings) -> ClickHouse | None:
             migrate.upgrade(client)
             _clients[url] = client
         return client
+
+
+def ids_of(session: Session) -> IdSource:
+    """The process's record ids for the relational database of `session`."""
+    bind = session.get_bind()
+    return ids_for(bind.engine if isinstance(bind, Connection) else bind)
+
+
+def ids_for(engine: Engine) -> IdSource:
+    """One id source per process and database (keyed by URL: every engine of one
+    database shares its salt), made on first use; its lease is claimed on its
+    first take, or by `IdSource.start` (the API's startup)."""
+    key = engine.url.render_as_string(hide_password=False)
+    with _lock:
+        source = _ids.get(key)
+        if source is None:
+            source = _ids[key] = IdSource(SaltLease(engine))
+        return source
