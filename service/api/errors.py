@@ -1,6 +1,7 @@
-"""Exceptions mapped to answers. The database being down or locked, or request
-bodies holding the whole memory budget, is a 503 with Retry-After (the shipper
-retries), never a 500."""
+"""Exceptions mapped to answers. The database being down or locked (the relational
+one, or the ClickHouse holding a deployment's records), or request bodies holding
+the whole memory budget, is a 503 with Retry-After (the shipper retries), never a
+500."""
 
 import logging
 
@@ -9,6 +10,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
+from service.clickhouse.client import ClickHouseUnavailable
 from service.ingest.body import BodyTooLarge
 from service.ingest.inflight import Busy
 
@@ -60,6 +62,11 @@ def install_error_handlers(app: FastAPI) -> None:
             return JSONResponse({"error": "database error"}, status_code=500)
         log.warning("database unavailable: %s", exc)
         return unavailable(type(exc).__name__)
+
+    @app.exception_handler(ClickHouseUnavailable)
+    async def clickhouse_down(_: Request, exc: ClickHouseUnavailable) -> JSONResponse:
+        log.warning("ClickHouse unavailable: %s", exc)
+        return unavailable(f"ClickHouse {exc.reason}")
 
     @app.exception_handler(DBAPIError)
     async def database_error(_: Request, exc: DBAPIError) -> JSONResponse:

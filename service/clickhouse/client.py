@@ -51,6 +51,19 @@ class ClickHouseError(RuntimeError):
     """The server refused a statement (its message attached)."""
 
 
+class ClickHouseUnavailable(ClickHouseError):
+    """The server is not serving: unreachable, gone mid-answer, too slow, or an
+    answer of 502, 503 or 504 (a proxy's, or ClickHouse's own for a socket timeout).
+    The API answers 503 with Retry-After (service.api.errors): retried later, the
+    statement may succeed. A 500 is ClickHouse's answer to a statement it failed
+    (18.16 gives it for a syntax error too): not this. `reason` is short and names
+    no host, for answers anyone may read (/healthz)."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
 class ClickHouse(Protocol):
     database: str
 
@@ -195,6 +208,10 @@ class ChdbClient:
         _OPEN.discard(self)
 
 
+#: Answers of a server (or a proxy before it) that is not serving now.
+_NOT_SERVING = frozenset({502, 503, 504})
+
+
 @dataclass
 class HttpClient:
     """A ClickHouse server over HTTP. Thread-safe (httpx.Client is)."""
@@ -213,10 +230,15 @@ class HttpClient:
 
     def _post(self, sql: str, body: bytes | None = None, **params: Any) -> bytes:
         query = {"database": self.database, **params}
-        if body is None:
-            response = self._client.post("/", params=query, content=sql.encode())
-        else:
-            response = self._client.post("/", params={**query, "query": sql}, content=body)
+        try:
+            if body is None:
+                response = self._client.post("/", params=query, content=sql.encode())
+            else:
+                response = self._client.post("/", params={**query, "query": sql}, content=body)
+        except httpx.TransportError as exc:  # refused, reset, timed out, gone mid-answer
+            raise ClickHouseUnavailable(type(exc).__name__, str(exc)) from exc
+        if response.status_code in _NOT_SERVING:
+            raise ClickHouseUnavailable(f"HTTP {response.status_code}", response.text[:2000])
         if response.status_code != 200:
             raise ClickHouseError(response.text.strip()[:2000])
         return response.content

@@ -9,6 +9,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -58,39 +59,72 @@ def chdb(chdb_url: str) -> Iterator[ClickHouse]:
     client.close()
 
 
-@pytest.fixture(scope="session")
-def clickhouse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Debian's clickhouse-server (18.16) on a free loopback port: its base URL."""
+def server_binary() -> str:
+    """Debian's clickhouse-server, or a skip (a failure under CI=true)."""
     binary = shutil.which("clickhouse-server") or (
         "/usr/sbin/clickhouse-server" if Path("/usr/sbin/clickhouse-server").exists() else None
     )
     if binary is None:
         skip_or_fail("clickhouse-server is not installed (Debian package clickhouse-server)")
-    root = tmp_path_factory.mktemp("clickhouse-server")
-    http_port, tcp_port = free_port(), free_port()
-    (root / "users.xml").write_text(USERS)
-    config = root / "config.xml"
-    config.write_text(SERVER_CONFIG.format(http_port=http_port, tcp_port=tcp_port, root=root))
-    log = (root / "server.log").open("wb")
-    process = subprocess.Popen(
-        [str(binary), f"--config-file={config}"], stdout=log, stderr=subprocess.STDOUT
-    )
-    url = f"http://127.0.0.1:{http_port}/"
-    deadline = time.monotonic() + 30
-    while True:
+    assert binary is not None
+    return binary
+
+
+@dataclass
+class ServerProcess:
+    """A clickhouse-server of the tests' own: its data under `root`, on free
+    loopback ports that a restart keeps (a client made before reconnects)."""
+
+    root: Path
+    http_port: int = field(default_factory=free_port)
+    tcp_port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}/"
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        """Start it and wait until it answers /ping; a skip (a failure under CI)
+        when it does not."""
+        (self.root / "users.xml").write_text(USERS)
+        config = self.root / "config.xml"
+        config.write_text(
+            SERVER_CONFIG.format(http_port=self.http_port, tcp_port=self.tcp_port, root=self.root)
+        )
+        with (self.root / "server.log").open("ab") as log:
+            self.process = subprocess.Popen(
+                [server_binary(), f"--config-file={config}"], stdout=log, stderr=subprocess.STDOUT
+            )
+        deadline = time.monotonic() + timeout_s
+        while not self._answers():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.process.kill()
+                skip_or_fail(f"clickhouse-server did not start: {self.log()}")
+            time.sleep(0.2)
+
+    def _answers(self) -> bool:
         try:
-            if httpx.get(url + "ping", timeout=1).status_code == 200:
-                break
+            return httpx.get(self.url + "ping", timeout=1).status_code == 200
         except httpx.HTTPError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            skip_or_fail(f"clickhouse-server did not start: {(root / 'server.log').read_text()}")
-        time.sleep(0.2)
-    yield url
-    process.terminate()
-    process.wait(20)
-    log.close()
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(20)
+
+    def log(self) -> str:
+        return (self.root / "server.log").read_text(errors="replace")[-4000:]
+
+
+@pytest.fixture(scope="session")
+def clickhouse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Debian's clickhouse-server (18.16) on a free loopback port: its base URL."""
+    server = ServerProcess(tmp_path_factory.mktemp("clickhouse-server"))
+    server.start()
+    yield server.url
+    server.stop()
 
 
 @pytest.fixture

@@ -9,7 +9,9 @@ router = APIRouter(tags=["health"], responses=UNAVAILABLE)
 
 @router.get("/healthz", response_model=Health)
 def healthz(session: SessionDep) -> Health:
-    """Ok when the database answers; a 503 (with Retry-After) when it does not. It
-    names nothing else (not the database engine): anyone may ask."""
+    """Ok when the database answers (and ClickHouse, in a deployment that has it); a
+    503 (with Retry-After) when one does not, saying why in a few words (a
+    ClickHouse that is down: which transport error or HTTP status, never its
+    address). It names nothing else (not the database engine): anyone may ask."""
     health.check(session)
     return Health(status="ok")
