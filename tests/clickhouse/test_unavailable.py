@@ -29,12 +29,18 @@ def test_a_closed_port_is_unavailable() -> None:
     assert isinstance(caught.value, ClickHouseError)
 
 
+class Stub(HTTPServer):
+    """A loopback HTTP server answering every POST with `status`."""
+
+    status = 200
+
+
 class _Answers(BaseHTTPRequestHandler):
-    """Every POST answered with the status in the server's `status`."""
+    server: Stub
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.send_response(self.server.status)  # type: ignore[attr-defined]
+        self.send_response(self.server.status)
         self.send_header("Content-Length", "2")
         self.end_headers()
         self.wfile.write(b"no")
@@ -44,10 +50,8 @@ class _Answers(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def stub() -> Iterator[HTTPServer]:
-    """A loopback HTTP server answering every POST with `stub.status`."""
-    server = HTTPServer(("127.0.0.1", 0), _Answers)
-    server.status = 200  # type: ignore[attr-defined]
+def stub() -> Iterator[Stub]:
+    server = Stub(("127.0.0.1", 0), _Answers)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -56,14 +60,14 @@ def stub() -> Iterator[HTTPServer]:
 
 
 @pytest.mark.parametrize("status", [502, 503, 504])
-def test_an_answer_that_it_is_not_serving_is_unavailable(stub: HTTPServer, status: int) -> None:
+def test_an_answer_that_it_is_not_serving_is_unavailable(stub: Stub, status: int) -> None:
     client = connect(f"http://127.0.0.1:{stub.server_address[1]}/cw")
-    stub.status = status  # type: ignore[attr-defined]
+    stub.status = status
     with pytest.raises(ClickHouseUnavailable, match=f"HTTP {status}"):
         client.command("SELECT 1")
 
 
-def test_a_refused_statement_is_not(stub: HTTPServer) -> None:
+def test_a_refused_statement_is_not(stub: Stub) -> None:
     client = connect(f"http://127.0.0.1:{stub.server_address[1]}/cw")
     stub.status = 500  # ClickHouse's answer to a statement that failed
     with pytest.raises(ClickHouseError) as caught:
