@@ -36,7 +36,8 @@ def clickhouse_of(session: Session) -> ClickHouse | None:
 
 def clickhouse_for(settings: Settings) -> ClickHouse | None:
     """The process's client for `settings.clickhouse_url`, its tables migrated on
-    first use; None without the setting."""
+    first use (on a cluster, every shard's: `migrate.upgrade_deployment`); None
+    without the setting."""
     url = settings.clickhouse_url
     if not url:
         return None
@@ -45,8 +46,8 @@ def clickhouse_for(settings: Settings) -> ClickHouse | None:
         if client is None:
             from service.clickhouse import migrate
 
-            client = connect(url)
-            migrate.upgrade(client)
+            client = connect(url, settings.clickhouse_cluster)
+            migrate.upgrade_deployment(client, settings)
             _clients[url] = client
         return client
 

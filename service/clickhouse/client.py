@@ -78,9 +78,13 @@ class ClickHouse(Protocol):
     def close(self) -> None: ...
 
 
-def connect(url: str) -> ClickHouse:
-    """A client for `url` (see the module docstring for the two forms)."""
+def connect(url: str, cluster: str | None = None) -> ClickHouse:
+    """A client for `url` (see the module docstring for the two forms); `cluster`:
+    the server's tables are Distributed over that cluster (docs/deployment.md,
+    "Sharding"), so its inserts are synchronous (`HttpClient._statement_settings`)."""
     parts = urlsplit(url)
+    if cluster and parts.scheme == "chdb":
+        raise ValueError("chdb is one process on one machine: it has no cluster")
     if parts.scheme == "chdb":
         database = parse_qs(parts.query).get("database", ["cachewatch"])[0]
         return ChdbClient(Path(unquote(parts.path) or "./cachewatch-clickhouse"), database)
@@ -88,7 +92,7 @@ def connect(url: str) -> ClickHouse:
         database = parts.path.strip("/") or "default"
         base = f"{parts.scheme}://{parts.hostname}:{parts.port or 8123}/"
         auth = (unquote(parts.username), unquote(parts.password or "")) if parts.username else None
-        return HttpClient(base, database, auth)
+        return HttpClient(base, database, auth, cluster=cluster)
     raise ValueError(f"a ClickHouse URL is chdb:///dir or http(s)://host[:port]/db, not {url!r}")
 
 
@@ -220,6 +224,7 @@ class HttpClient:
     database: str
     auth: tuple[str, str] | None = None
     timeout_s: float = 300.0
+    cluster: str | None = None
     _client: httpx.Client = field(init=False)
     _version: tuple[int, ...] | None = field(init=False, default=None)
     _settings: dict[str, Any] | None = field(init=False, default=None)
@@ -252,12 +257,18 @@ class HttpClient:
         self._post(sql, **self._statement_settings())
 
     def _statement_settings(self) -> dict[str, Any]:
-        """`UNLIMITED_PARTITIONS` where the server knows it."""
+        """`UNLIMITED_PARTITIONS` where the server knows it; on a cluster,
+        `insert_distributed_sync`: an insert into a Distributed table (and an
+        INSERT ... SELECT, the pass's) answers once every shard has written its
+        rows, not once they are queued on this server for a later send, so a 200
+        stays durable and the pass's next statement reads what it wrote."""
         if self._settings is None:
             known = self._post(
                 f"SELECT count() FROM system.settings WHERE name = '{UNLIMITED_PARTITIONS}'"
             )
             self._settings = {UNLIMITED_PARTITIONS: 0} if known.strip() == b"1" else {}
+            if self.cluster:
+                self._settings["insert_distributed_sync"] = 1
         return self._settings
 
     def query(self, sql: str, schema: Mapping[str, pl.DataType] | None = None) -> pl.DataFrame:

@@ -97,6 +97,26 @@ def _previous(array: str, first: str) -> str:
     return f"arrayPopBack(arrayPushFront({array}, {first}))"
 
 
+def uses_of(where: str) -> str:
+    """Every key the records matching `where` carry, one row per (record,
+    position): their block hashes (kind 0) and prefix key (kind 1), read from the
+    records' own arrays (the records are their only copy: nothing derived from
+    them needs to survive a crash, and nothing is written to read them)."""
+    columns = "model, kind, key, pos, ts_us, id, replica, ttft_ms"
+    return f"""
+    SELECT {columns} FROM (
+        SELECT model, toUInt8(0) AS kind, key, toUInt32(position - 1) AS pos, ts_us, id,
+               replica, ttft_ms
+        FROM usage_records
+        ARRAY JOIN block_hashes AS key, arrayEnumerate(block_hashes) AS position
+        WHERE {where}
+        UNION ALL
+        SELECT model, toUInt8(1) AS kind, assumeNotNull(prefix_key) AS key, toUInt32(0) AS pos,
+               ts_us, id, replica, ttft_ms
+        FROM usage_records WHERE {where} AND isNotNull(prefix_key)
+    )"""
+
+
 def _keys_of(scope: Scope, group: str) -> str:
     """Per (model, kind, key) of the range (within `group`'s filter), every use
     from `from_us` on, and the latest one of the W before (only it can be a
@@ -104,8 +124,8 @@ def _keys_of(scope: Scope, group: str) -> str:
     array: a request that repeats a key does not see its own copy."""
     return f"""
     SELECT model, kind, key, id, any(ts_us) AS ts, ifNull(any(ttft_ms), nan) AS ttft,
-           groupUniqArray(pos) AS positions
-    FROM block_uses WHERE {scope.in_range()} AND {group}
+           groupArray(pos) AS positions
+    FROM ({uses_of(scope.in_range())}) WHERE {group}
     GROUP BY model, kind, key, id
     UNION ALL
     SELECT model, kind, key, tupleElement(last, 2) AS id, tupleElement(last, 1) AS ts,
@@ -113,9 +133,9 @@ def _keys_of(scope: Scope, group: str) -> str:
     FROM (
         SELECT model, kind, key,
                argMax((ts_us, id, ifNull(ttft_ms, nan)), (ts_us, id)) AS last
-        FROM block_uses
-        WHERE {scope.before_range()} AND {group}
-          AND key IN (SELECT key FROM block_uses WHERE {scope.in_range()} AND {group})
+        FROM ({uses_of(scope.before_range())})
+        WHERE {group}
+          AND key GLOBAL IN (SELECT key FROM ({uses_of(scope.in_range())}) WHERE {group})
         GROUP BY model, kind, key
     )"""
 
@@ -211,7 +231,7 @@ def _sessions(scope: Scope) -> str:
     Read from session_requests: each session's requests from `from_us` on, and
     its latest one before (through the primary key, however long ago)."""
     sessions = (
-        "session_id IN (SELECT session_id FROM usage_records "
+        "session_id GLOBAL IN (SELECT session_id FROM usage_records "
         f"WHERE {scope.computed()} AND isNotNull(session_id))"
     )
     high = int(scope.high_id)
@@ -263,7 +283,9 @@ SELECT {cols}, toInt64(length(block_hashes)) AS n_blocks, has_blocks,
 FROM usage_records WHERE {scope.computed()}"""
     joined = records
     for n, part in enumerate((_blocks_per_request(), _prefix_per_request(), _sessions(scope))):
-        joined = f"SELECT * FROM ({joined}) AS l{n} ANY LEFT JOIN ({part}) AS r{n} USING (id)"
+        joined = (
+            f"SELECT * FROM ({joined}) AS l{n} GLOBAL ANY LEFT JOIN ({part}) AS r{n} USING (id)"
+        )
     return joined
 
 
@@ -274,20 +296,20 @@ def same_replica_sql(scope: Scope) -> str:
     replica), sorted, each candidate's own use paired with the one before it, as
     `uses_sql` does without the replica."""
     w = int(scope.window_us)
-    asked = "isNotNull(replica) AND key IN (SELECT key FROM pass_candidates)"
+    asked = "isNotNull(replica) AND key GLOBAL IN (SELECT key FROM pass_candidates)"
     return f"""
 SELECT c_id AS id
 FROM (
     SELECT model, kind, key,
            arraySort(x -> (tupleElement(x, 1), tupleElement(x, 2)), groupArray((ts, id))) AS u
     FROM (
-        SELECT DISTINCT model, kind, key, replica, ts_us AS ts, id FROM block_uses
-        WHERE {scope.in_range()} AND {asked}
+        SELECT DISTINCT model, kind, key, replica, ts_us AS ts, id
+        FROM ({uses_of(scope.in_range())}) WHERE {asked}
         UNION ALL
         SELECT model, kind, key, replica, tupleElement(last, 1) AS ts, tupleElement(last, 2) AS id
         FROM (
             SELECT model, kind, key, replica, argMax((ts_us, id), (ts_us, id)) AS last
-            FROM block_uses WHERE {scope.before_range()} AND {asked}
+            FROM ({uses_of(scope.before_range())}) WHERE {asked}
             GROUP BY model, kind, key, replica
         )
     )
@@ -299,4 +321,4 @@ ARRAY JOIN
     arrayMap(x -> tupleElement(x, 2), u) AS c_id,
     {_previous("arrayMap(x -> tupleElement(x, 1), u)", "toInt64(0)")} AS p_ts
 WHERE j > 1 AND c_ts - p_ts <= {w}
-  AND (c_id, model, kind, key) IN (SELECT id, model, kind, key FROM pass_candidates)"""
+  AND (c_id, model, kind, key) GLOBAL IN (SELECT id, model, kind, key FROM pass_candidates)"""

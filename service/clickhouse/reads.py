@@ -202,8 +202,8 @@ def sampled_uses(
 ) -> pl.DataFrame:
     """The block uses whose key passes `predicate` (a SHARDS sample), in replay
     order ((ts, id), then position), with the tokens each block covers. Read from
-    the records themselves, not `block_uses`, which the analytics pass fills
-    (service.clickhouse.derive): the curve covers records it has not read yet."""
+    the records' own arrays, as the analytics pass does (pass_sql `uses_of`):
+    the curve covers records the pass has not read yet."""
     where = _range(model, from_us, to_us)
     return ch.query(
         f"""SELECT id, ts_us, model, key, toInt64(position - 1) AS pos,
