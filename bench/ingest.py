@@ -100,9 +100,12 @@ class Server:
 
 
 @contextmanager
-def running_server(database_url: str, log_path: Path) -> Iterator[Server]:
+def running_server(
+    database_url: str, log_path: Path, extra_env: dict[str, str] | None = None
+) -> Iterator[Server]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEWATCH_")}
     env["CACHEWATCH_DATABASE_URL"] = database_url
+    env.update(extra_env or {})
     # Ingestion alone: an analytics pass in the same process would compete for the GIL.
     env["CACHEWATCH_RUN_JOBS"] = "false"
     cli(PROJECT_ROOT, env, "migrate")

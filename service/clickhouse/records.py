@@ -51,8 +51,9 @@ def stored_request_ids(ch: ClickHouse, keys: Sequence[tuple[str, int]]) -> set[s
     """Which of the (request_id, ts_us) are stored. Looked up by (hour,
     request_id), the sorting key's prefix, so the read is the granules of the
     batch's hours that hold its ids, whatever the table's size: a retry or a
-    replayed copy carries its record's ts (a copy with another ts is a new record
-    here; docs/deployment.md, "Duplicates")."""
+    replayed copy carries its record's ts (a copy stored in an hour of none of the
+    batch's records is not found: a new record here; docs/deployment.md,
+    "Duplicates")."""
     found: set[str] = set()
     for start in range(0, len(keys), 5000):
         frame = ch.query(stored_sql(keys[start : start + 5000]), {"request_id": pl.String()})
@@ -61,11 +62,15 @@ def stored_request_ids(ch: ClickHouse, keys: Sequence[tuple[str, int]]) -> set[s
 
 
 def stored_sql(keys: Sequence[tuple[str, int]]) -> str:
-    """The stored request_ids of (request_id, ts_us) pairs (`stored_request_ids`)."""
-    pairs = ", ".join(f"({hour_of(ts)}, {quote(r)})" for r, ts in keys)
+    """The stored request_ids of (request_id, ts_us) pairs (`stored_request_ids`):
+    a set of hours and a set of ids, both of the sorting key, so the primary key
+    narrows the read to those hours' granules holding those ids. (A list of
+    (hour, id) tuples says the same, but 18.16 parses 10,000 tuples in 0.15 s.)"""
+    hours = ", ".join(str(h) for h in sorted({hour_of(ts) for _, ts in keys}))
+    ids = ", ".join(quote(r) for r, _ in keys)
     return (
         "SELECT DISTINCT request_id FROM usage_records "
-        f"WHERE (intDiv(ts_us, {HOUR_US}), request_id) IN ({pairs})"
+        f"WHERE intDiv(ts_us, {HOUR_US}) IN ({hours}) AND request_id IN ({ids})"
     )
 
 
