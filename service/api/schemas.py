@@ -174,14 +174,21 @@ class CapacityPoint(BaseModel):
 
 class CapacitySample(BaseModel):
     """How a sampled curve was made (a ClickHouse deployment replays a SHARDS sample
-    of the blocks: service.analytics.shards): its rate, what it replayed, and the
-    standard error of the ceiling and of each point, in the order of `points`."""
+    of the blocks: service.services.capacity): its rate, what it replayed, and per
+    point, in the order of `points`: the standard error over the sampled keys, the
+    half-width of an approximate `confidence` interval (`error_meaning` says how it
+    is made), and why a point has no estimate."""
 
     rate: float
     sampled_accesses: int
     sampled_keys: int
     ceiling_stderr: float | None
     stderr: list[float | None]
+    confidence: float | None = None
+    ceiling_error: float | None = None
+    error: list[float | None] | None = None
+    no_estimate: list[str | None] | None = None
+    error_meaning: str | None = None
 
 
 class CapacityOut(BaseModel):
