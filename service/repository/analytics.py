@@ -20,6 +20,7 @@ from service.models import (
     Rollup,
     SegmentRollup,
 )
+from service.repository.bulk import insert_frame
 from service.repository.locks import ingest_quiesced
 from service.repository.usage import USAGE_TABLE
 
@@ -157,8 +158,7 @@ def delete_span_rollups(session: Session, from_us: int, to_us: int) -> None:
 
 
 def insert_rollups(session: Session, table: Table, frame: pl.DataFrame) -> None:
-    if not frame.is_empty():
-        session.execute(table.insert(), frame.to_dicts())
+    insert_frame(session, table, frame, frame.columns)
 
 
 def _table_schema(table: Table, columns: Sequence[str]) -> dict[str, Any]:
