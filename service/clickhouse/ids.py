@@ -308,14 +308,16 @@ class IdSource:
                 self._thread.start()
 
     def _renewals(self, renew_s: float, stop: threading.Event) -> None:
-        wait_s = renew_s
-        while not stop.wait(wait_s):
+        """Every `renew_s`; after a failure again in 5 s, then 10, 20, ... up to
+        `renew_s` (a lease outlasts several)."""
+        failures = 0
+        while not stop.wait(min(renew_s, 5.0 * 2 ** (failures - 1)) if failures else renew_s):
             try:
                 self.renew_now()
-                wait_s = renew_s
+                failures = 0
             except Exception as exc:  # retried; takes renew on their own
+                failures += 1
                 log.warning("id salt lease not renewed: %s", exc)
-                wait_s = min(renew_s, 5.0)
 
     def release(self) -> None:
         """Stop renewing and free the salt (an API process at shutdown). A take

@@ -142,6 +142,21 @@ def test_a_renewed_lease_is_kept(engine: Engine) -> None:
     assert salt_of(a.take(1)) == {0}
 
 
+def test_the_renewal_thread_keeps_the_lease(engine: Engine) -> None:
+    clock = Clock()
+    a = IdSource(SaltLease(engine, clock=clock), renew_s=0.02)
+    a.take(1)
+    expiries = select(LEASES.c.expires_us)
+    clock.now_us += LEASE_US // 2
+    deadline = time.monotonic() + 10
+    with engine.connect() as conn:
+        while conn.execute(expiries).scalar_one() != clock.now_us + LEASE_US:
+            assert time.monotonic() < deadline, "not renewed"
+            time.sleep(0.02)
+            conn.rollback()
+    a.release()
+
+
 def test_a_take_at_the_end_of_its_lease_renews_it(engine: Engine) -> None:
     clock = Clock()
     a = source(engine, clock)
