@@ -29,6 +29,12 @@ class Settings(BaseSettings):
     # GET /v1/capacity on ClickHouse replays this share of the blocks (a SHARDS
     # sample, service.analytics.shards) and states its standard error.
     clickhouse_capacity_sample_rate: float = Field(0.01, gt=0, le=1)
+    # Sharded ClickHouse servers (docs/deployment.md, "Sharding"): the cluster's name
+    # in the servers' `remote_servers`, and every shard's HTTP URL (comma-separated,
+    # each naming the database of `clickhouse_url`), where the migrations create
+    # the local and Distributed tables. Unset: one server.
+    clickhouse_cluster: str | None = None
+    clickhouse_shard_urls: str = ""
     detect_bucket_s: int = Field(300, gt=0)
     detect_interval_s: int = Field(300, gt=0)
     slack_webhook_url: str | None = None
