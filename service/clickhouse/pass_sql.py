@@ -37,6 +37,26 @@ there twice (a pass that died after deriving them, service.clickhouse.derive), w
 every statement here tolerates: uses are grouped per (key, request) with their
 positions as a set, session rows taken once per (session, request), and the rest
 are maxima or distinct values.
+
+On a cluster (docs/deployment.md, "Sharding") every table read here but the
+pass's scratch (pass_uses, pass_candidates: Memory, on the server the pass talks
+to, the initiator) is Distributed. A SELECT whose FROM is one runs on every shard,
+its partial aggregates merged on the initiator; the rest of a statement (outer
+SELECTs, joins, the scratch) runs on the initiator. So every `IN (SELECT ...)` is
+`GLOBAL IN` and every join `GLOBAL ANY LEFT JOIN`: the initiator computes the
+subquery once and ships its rows with the query. A plain IN in a shard's query is
+refused when it reads a Distributed table (18.16: "Double-distributed IN/JOIN
+subqueries is denied", the sessions' subquery) and is otherwise run by each shard
+on its own tables: pass_candidates, filled on the initiator only, is missing or
+empty there (issue 33: 622 evictions instead of 1,660). A condition over a
+subquery, not a table, runs on the initiator anyway; GLOBAL keeps it right on a
+server that pushes it down into the shards' reads, and on one server GLOBAL is the
+plain form. The rest holds unchanged: argMax, any, groupArray and counts merge
+exactly; `LIMIT 1 BY` and `DISTINCT` over a Distributed table run on each shard
+and again on the initiator (18.16 checked), and the copies they fold are on one
+shard anyway (a session's rows by the sharding key). The pass's own shards
+(`uses_sql`) are not the cluster's: each of its statements reads every server.
+
 Written for what ClickHouse 18.16 (Debian's package) and current releases share:
 one JOIN per SELECT with USING, `ANY LEFT JOIN`, arrays and lambdas, no CTEs and
 no window functions.
