@@ -66,7 +66,9 @@ def compute(
     ch.command("TRUNCATE TABLE pass_candidates")
     for shard in range(shards):
         ch.command(pass_sql.uses_sql(scope, shard, shards))
-    rows = ch.query(pass_sql.reuse_sql(scope), _PASS_SCHEMA)
+    # The columns named: 18.16's `SELECT *` of a join adds the right side's key.
+    named = f"SELECT {', '.join(_PASS_SCHEMA)} FROM ({pass_sql.reuse_sql(scope)})"
+    rows = ch.query(named, _PASS_SCHEMA)
     rows = annotate(rows.sort(["ts_us", "id"]).with_columns(_float_nan()))
     results = _results(ch, scope, rows)
     records = rows.select(
