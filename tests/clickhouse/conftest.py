@@ -73,12 +73,15 @@ def server_binary() -> str:
 @dataclass
 class ServerProcess:
     """A clickhouse-server of the tests' own: its data under `root`, on free
-    loopback ports that a restart keeps (a client made before reconnects)."""
+    loopback ports that a restart keeps (a client made before reconnects).
+    `extra_config`: more elements of its config.xml (a cluster's `remote_servers`,
+    which names the ports of every server: known before any starts)."""
 
     root: Path
     http_port: int = field(default_factory=free_port)
     tcp_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    extra_config: str = ""
 
     @property
     def url(self) -> str:
@@ -90,7 +93,9 @@ class ServerProcess:
         (self.root / "users.xml").write_text(USERS)
         config = self.root / "config.xml"
         config.write_text(
-            SERVER_CONFIG.format(http_port=self.http_port, tcp_port=self.tcp_port, root=self.root)
+            SERVER_CONFIG.format(
+                http_port=self.http_port, tcp_port=self.tcp_port, root=self.root
+            ).replace("</yandex>", f"{self.extra_config}</yandex>")
         )
         with (self.root / "server.log").open("ab") as log:
             self.process = subprocess.Popen(
