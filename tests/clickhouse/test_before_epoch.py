@@ -87,17 +87,6 @@ AFTER = record("after-epoch", "1970-01-01T02:00:00Z")
 #: The record before 1970 alone; after one later record in the same pass; and
 #: late, in a pass after the later record's.
 CASES = {"alone": [[BEFORE]], "same-pass": [[AFTER, BEFORE]], "late": [[AFTER], [BEFORE]]}
-#: Issue 33, defect 7. `exact_from_us` answers 0 when retention never ran ("every
-#: record is on record": analytics_pass tests it with `if exact_from:`), but
-#: clickhouse_pass.catch_up takes it as a lower bound (`max(new.first_ts,
-#: exact_from)`, `_late_hour`, the rebuild of a changed W): its passes compute
-#: nothing before 1970. Strict: remove the mark with the fix.
-DEFECT_7 = pytest.mark.xfail(
-    strict=True, reason="clickhouse_pass bounds its scopes below by exact_from_us's 0"
-)
-
-
-@DEFECT_7
 @pytest.mark.parametrize("batches", CASES.values(), ids=CASES.keys())
 def test_counted_as_the_relational_pass_counts_it(
     session: Session,
@@ -113,7 +102,6 @@ def test_counted_as_the_relational_pass_counts_it(
         assert [counted(ch_session, ch_settings, batch) for batch in batches] == expected
 
 
-@DEFECT_7
 def test_counted_after_the_window_changes(
     session: Session, settings: Settings, ch_deployment: tuple[Settings, sessionmaker[Session]]
 ) -> None:
