@@ -276,10 +276,8 @@ class HttpClient:
             data = self._post(sql + " FORMAT ArrowStream", output_format_arrow_string_as_string=1)
             frame = pl.read_ipc_stream(io.BytesIO(data)) if data else pl.DataFrame()
             return _with_schema(frame, schema)
-        if schema is not None:
-            frame = self._query_csv(sql, schema)
-            if frame is not None:
-                return frame
+        if schema is not None and (as_csv := self._query_csv(sql, schema)) is not None:
+            return as_csv
         data = self._post(sql + " FORMAT JSONEachRow", output_format_json_quote_64bit_integers=0)
         if not data.strip():
             return pl.DataFrame(schema=dict(schema) if schema else None)

@@ -35,7 +35,6 @@ from the next records on (and to any hour a late record makes the pass rebuild).
 docs/providers.md says so to users."""
 
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
@@ -54,36 +53,12 @@ from service.analytics.state import (
 from service.clickhouse import clickhouse_of
 from service.profiles import Profiles, profiles_for
 from service.repository import analytics as analytics_repo
-from service.repository import retention as retention_repo
-from service.services import chart_rollups, rollup_writes
+from service.services import chart_rollups, clickhouse_pass, rollup_writes
+from service.services.pass_state import CURSOR, STATE, PassReport, exact_from_us
 from service.settings import Settings
 from service.timeunits import DAY_US as _DAY_US
 from service.timeunits import HOUR_US as _HOUR_US
 from service.timeunits import MINUTE_US
-
-CURSOR = "usage"
-STATE = "reuse"
-
-
-@dataclass(frozen=True)
-class PassReport:
-    records: int
-    #: The first hour whose rollups were rebuilt (None: only forward records).
-    recomputed_from_us: int | None
-    #: Records committed before the step began (up to `until_id`) are left for
-    #: another step.
-    more: bool = False
-    #: The highest id the step aimed at: pass it as the next step's `until_id` to
-    #: stop at the records committed before the first step began.
-    until_id: int = field(default=0, compare=False)
-
-    def plus(self, step: "PassReport") -> "PassReport":
-        """This report followed by the next step's: records added, the earliest
-        rebuilt hour, and whether that step left more."""
-        rebuilt = [h for h in (self.recomputed_from_us, step.recomputed_from_us) if h is not None]
-        return PassReport(
-            self.records + step.records, min(rebuilt, default=None), step.more, step.until_id
-        )
 
 
 def catch_up(session: Session, settings: Settings) -> PassReport:
@@ -91,8 +66,6 @@ def catch_up(session: Session, settings: Settings) -> PassReport:
     (step after step, `catch_up_step`). Idempotent; one at a time. With ClickHouse
     holding the records, its own pass does (clickhouse_pass)."""
     if (ch := clickhouse_of(session)) is not None:
-        from service.services import clickhouse_pass
-
         return clickhouse_pass.catch_up(session, settings, ch)
     # One transaction: a cut by minutes would commit nothing sooner, and each step
     # whose records are older than the step before's rebuilds the recent tail again
@@ -114,8 +87,6 @@ def catch_up_step(
     whether records committed before this step began, or up to `until_id`, are
     left)."""
     if (ch := clickhouse_of(session)) is not None:
-        from service.services import clickhouse_pass
-
         return clickhouse_pass.catch_up(session, settings, ch)
     repository.take_analytics_lock(session)
     chart_rollups.ensure_built(session)
@@ -298,17 +269,6 @@ def _rebuild_span(
     results, _ = compute_request_metrics(frame, settings.reuse_window_s, None)
     results = results.filter(pl.col("ts_us") >= from_us)
     rollup_writes.replace_span(session, settings, from_us, to_us, frame, results)
-
-
-def exact_from_us(session: Session, window_us: int) -> int:
-    """The first hour whose results can still be rebuilt exactly: every record from
-    W before it is on record (retention deletes only before its horizon)."""
-    horizon = retention_repo.get_horizon(session)
-    if horizon is None:
-        return 0
-    if window_us >= UNBOUNDED_US:  # W made unbounded after retention ran: best effort
-        window_us = 0
-    return -(-(horizon + window_us) // _HOUR_US) * _HOUR_US
 
 
 def _recompute(

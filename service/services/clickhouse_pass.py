@@ -44,7 +44,7 @@ from service.profiles import profiles_for
 from service.repository.locks import ingest_quiesced
 from service.repository.retention import get_horizon
 from service.services import chart_rollups
-from service.services.analytics_pass import CURSOR, STATE, PassReport, exact_from_us
+from service.services.pass_state import CURSOR, STATE, PassReport, exact_from_us
 from service.services.rollup_writes import add_to_rollups, replace_rollups_from
 from service.settings import Settings
 from service.timeunits import HOUR_US as _HOUR_US
