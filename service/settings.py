@@ -29,6 +29,10 @@ class Settings(BaseSettings):
     # GET /v1/capacity on ClickHouse replays this share of the blocks (a SHARDS
     # sample, service.analytics.shards) and states its standard error.
     clickhouse_capacity_sample_rate: float = Field(0.01, gt=0, le=1)
+    # Records a step of the ClickHouse analytics pass computes at most (whole hours;
+    # an hour with more is a step alone): bounds the memory of a backlog, there and
+    # here (service.services.clickhouse_pass).
+    clickhouse_pass_step_records: int = Field(1_000_000, ge=1)
     # Sharded ClickHouse servers (docs/deployment.md, "Sharding"): the cluster's name
     # in the servers' `remote_servers`, and every shard's HTTP URL (comma-separated,
     # each naming the database of `clickhouse_url`), where the migrations create

@@ -73,14 +73,16 @@ from service.analytics._arrays import UNBOUNDED_US
 class Scope:
     """Which records a pass computes and what it may look at.
 
-    Computed: records with `ts_us >= from_us`, `id <= high_id` and, for a forward
-    pass, `id > after_id`. Looked at: every record with `id <= high_id` from W
-    before `from_us` (sessions: from any time)."""
+    Computed: records with `ts_us >= from_us` (and `< to_us`, for a step of a
+    pass), `id <= high_id` and, for a forward pass, `id > after_id`. Looked at:
+    every record with `id <= high_id` from W before `from_us` (sessions: from any
+    time)."""
 
     from_us: int
     high_id: int
     window_us: int
     after_id: int | None = None
+    to_us: int | None = None
 
     @property
     def lookback_us(self) -> int:
@@ -91,7 +93,7 @@ class Scope:
 
     def computed(self) -> str:
         """The predicate of the computed records on usage_records."""
-        where = f"ts_us >= {int(self.from_us)} AND id <= {int(self.high_id)}"
+        where = self.in_range()
         if self.after_id is not None:
             where += f" AND id > {int(self.after_id)}"
         return where
@@ -99,7 +101,10 @@ class Scope:
     def in_range(self) -> str:
         """The uses (or records) from `from_us` on: the computed ones and, in a
         forward pass, the few already computed at the watermark's ts."""
-        return f"ts_us >= {int(self.from_us)} AND id <= {int(self.high_id)}"
+        where = f"ts_us >= {int(self.from_us)} AND id <= {int(self.high_id)}"
+        if self.to_us is not None:
+            where += f" AND ts_us < {int(self.to_us)}"
+        return where
 
     def before_range(self) -> str:
         """The uses (or records) of the W before `from_us`: only the latest of each

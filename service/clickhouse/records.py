@@ -187,3 +187,14 @@ def new_records(
         int(row["first_late"]) if row["n_late"] else None,
         (int(row["newest_ts"] or 0), int(row["newest_id"] or 0)),
     )
+
+
+def hour_counts(ch: ClickHouse, where: str) -> tuple[list[int], list[int]]:
+    """The records matching `where` by hour of the sorting key: each hour's first
+    ts and count, in time order (the analytics pass cuts its steps on them)."""
+    frame = ch.query(
+        f"SELECT min(ts_us) AS first, count() AS n FROM usage_records WHERE {where} "
+        f"GROUP BY intDiv(ts_us, {HOUR_US}) ORDER BY first",
+        {"first": pl.Int64(), "n": pl.Int64()},
+    )
+    return frame["first"].to_list(), frame["n"].to_list()

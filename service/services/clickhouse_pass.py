@@ -28,6 +28,7 @@ relational database, in the caller's transaction.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import orjson
 import polars as pl
@@ -71,25 +72,70 @@ def catch_up(session: Session, settings: Settings, ch: ClickHouse) -> PassReport
         rebuild_from: int | None = exact_from  # W changed: everything on record
     else:
         rebuild_from = _late_hour(new.first_late_ts, exact_from)
-    annotate = profiles_for(settings).annotate
-    shards = settings.clickhouse_pass_shards
-    if rebuild_from is None:
-        scope = Scope(max(new.first_ts, exact_from), high, w_us, after_id=low)
-        records, results = ch_analytics.compute(ch, scope, shards, annotate)
-        _store_results(ch, results)
-        tail_us = mark[0] if mark is not None else None
-        kept = settings.group_values_kept
-        add_to_rollups(session, records, results, kept, segments_from_us=tail_us)
-    else:
-        scope = Scope(rebuild_from, high, w_us)
-        records, results = ch_analytics.compute(ch, scope, shards, annotate)
-        _store_results(ch, results)
-        replace_rollups_from(session, settings, rebuild_from, records, results)
+    whole = Scope(
+        rebuild_from if rebuild_from is not None else max(new.first_ts, exact_from),
+        high,
+        w_us,
+        after_id=low if rebuild_from is None else None,
+    )
+    _compute_in_steps(session, settings, ch, whole, rebuild_from, mark)
     if new.n:
         mark = new.newest if mark is None else max(mark, new.newest)
     _save_watermark(session, w_us, mark)
     repository.set_cursor(session, CURSOR, high, time.time_ns() // 1000)
     return PassReport(new.n, rebuild_from)
+
+
+def _compute_in_steps(
+    session: Session,
+    settings: Settings,
+    ch: ClickHouse,
+    whole: Scope,
+    rebuild_from: int | None,
+    mark: tuple[int, int] | None,
+) -> None:
+    """Compute `whole` in steps of whole hours holding at most
+    `clickhouse_pass_step_records` records (an hour with more is a step alone), so
+    a backlog of months needs the memory of one step, on ClickHouse and here.
+    Each step looks back W from its own start, at records the steps before it
+    computed; the first rebuilds the rollups from `rebuild_from` (a late record, a
+    changed W), the others add to them as a forward pass does."""
+    annotate = profiles_for(settings).annotate
+    firsts, counts = ch_records.hour_counts(ch, whole.computed())
+    tail_us = mark[0] if mark is not None else None
+    for n, (from_us, to_us) in enumerate(
+        step_bounds(firsts, counts, whole.from_us, settings.clickhouse_pass_step_records)
+    ):
+        scope = replace(whole, from_us=from_us, to_us=to_us)
+        records, results = ch_analytics.compute(
+            ch, scope, settings.clickhouse_pass_shards, annotate
+        )
+        _store_results(ch, results)
+        if n == 0 and rebuild_from is not None:
+            replace_rollups_from(session, settings, rebuild_from, records, results)
+        else:
+            add_to_rollups(
+                session, records, results, settings.group_values_kept, segments_from_us=tail_us
+            )
+        if not records.is_empty():
+            tail_us = int(records["ts_us"].max())  # type: ignore[arg-type]
+
+
+def step_bounds(
+    firsts: list[int], counts: list[int], from_us: int, max_records: int
+) -> list[tuple[int, int | None]]:
+    """[from, to) of each step (the last one open): consecutive hours (their first
+    ts `firsts`, their record `counts`) while their total stays within
+    `max_records`. The first step starts at `from_us`, each next one at its first
+    hour's first ts, so every record falls in exactly one."""
+    starts = [from_us]
+    held = 0
+    for first, count in zip(firsts, counts, strict=True):
+        if held and held + count > max_records:
+            starts.append(first)
+            held = 0
+        held += count
+    return [(a, b) for a, b in zip(starts, [*starts[1:], None], strict=True)]
 
 
 def _late_hour(first_late_ts: int | None, exact_from: int) -> int | None:

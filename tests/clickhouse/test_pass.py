@@ -34,6 +34,7 @@ from service.repository import detection as detection_repo
 from service.rollups import histogram
 from service.services import capacity
 from service.services.analytics_pass import catch_up
+from service.services.clickhouse_pass import step_bounds
 from service.services.ingestion import ingest_usage
 from service.settings import Settings
 from tests.conftest import drop_database, fresh_database_url
@@ -131,6 +132,34 @@ def test_same_rollups_as_the_relational_pass(
     clickhouse_sessions: tuple[Settings, sessionmaker[Session]],
 ) -> None:
     ch_settings, ch_factory = clickhouse_sessions
+    assert_same_rollups(session, profiled, ch_settings, ch_factory)
+
+
+def test_in_steps_the_same_rollups(
+    session: Session,
+    profiled: Settings,
+    clickhouse_sessions: tuple[Settings, sessionmaker[Session]],
+) -> None:
+    """Steps of a few hundred records (whole hours: some hours hold more, and are
+    a step alone) give every rollup row one step gives."""
+    ch_settings, ch_factory = clickhouse_sessions
+    stepped = ch_settings.model_copy(update={"clickhouse_pass_step_records": 150})
+    assert_same_rollups(session, profiled, stepped, ch_factory)
+
+
+def test_step_bounds() -> None:
+    hours = [0, 3600, 7200, 10800]
+    assert step_bounds(hours, [5, 5, 5, 20], -7, 10) == [(-7, 7200), (7200, 10800), (10800, None)]
+    assert step_bounds(hours, [5, 5, 5, 20], -7, 100) == [(-7, None)]
+    assert step_bounds([], [], 9, 10) == [(9, None)]
+
+
+def assert_same_rollups(
+    session: Session,
+    profiled: Settings,
+    ch_settings: Settings,
+    ch_factory: sessionmaker[Session],
+) -> None:
     every = records()
     rng = random.Random(5)
     ordered = sorted(every, key=lambda r: r["ts"])
