@@ -1,6 +1,7 @@
 """Running Alembic from code: `cachewatch migrate`, `cachewatch serve` and tests.
 
-The migrations are package data (`service/migrations/`), found beside this module
+The migrations (`migrations/` in the checkout) are package data: `service/migrations`
+links to them, and a wheel copies them there, so they are found beside this module
 wherever the package is installed: a wheel in site-packages (the Docker image, a
 pip install) runs them from any working directory, with no alembic.ini around.
 The project's alembic.ini is for developers' `alembic revision` only.

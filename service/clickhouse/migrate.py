@@ -1,4 +1,4 @@
-"""The ClickHouse tables' migrations: `service/clickhouse/migrations/*.sql`, applied in
+"""The ClickHouse tables' migrations: `migrations/clickhouse/*.sql`, applied in
 the order of their date-and-slug names, each once, recorded in `schema_migrations`.
 
 Alembic keeps the relational schema; it has no ClickHouse dialect of its own, so
@@ -36,7 +36,9 @@ from service.settings import Settings
 
 # Package data beside this module, so an installed wheel (the Docker image, a pip
 # install) carries them; a path into the source tree would not exist there.
-MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+#: `migrations/clickhouse`, reached through the package (`service/migrations` is that
+#: folder: a link in the checkout, a copy in the wheel).
+MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations" / "clickhouse"
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS schema_migrations (
     name String, applied_us Int64

@@ -13,7 +13,7 @@ from service.repository.locks import ingest_quiesced
 from service.repository.usage import REJECTED_TABLE, USAGE_TABLE
 
 #: A ClickHouse deployment's tables, each partitioned by this day of `ts_us`
-#: (service/clickhouse/migrations: the partition key, and so the partition's id).
+#: (migrations/clickhouse: the partition key, and so the partition's id).
 CLICKHOUSE_TABLES = ("usage_records", "block_uses", "session_requests", "request_results")
 _DAY = "toYYYYMMDD(toDateTime(intDiv({}, 1000000)))"
 

@@ -118,7 +118,7 @@ def test_the_installed_wheel_migrates_both_databases(
     applied = clickhouse_rows(
         clickhouse_server, clickhouse_database, "SELECT name FROM schema_migrations"
     )
-    shipped = {p.stem for p in (PROJECT_ROOT / "service/clickhouse/migrations").glob("*.sql")}
+    shipped = {p.stem for p in (PROJECT_ROOT / "migrations/clickhouse").glob("*.sql")}
     assert set(applied) == shipped
 
 
@@ -130,7 +130,7 @@ def created_by_migrations() -> set[str]:
         re.IGNORECASE | re.MULTILINE,
     )
     names = {"schema_migrations"}
-    for path in sorted((PROJECT_ROOT / "service/clickhouse/migrations").glob("*.sql")):
+    for path in sorted((PROJECT_ROOT / "migrations/clickhouse").glob("*.sql")):
         for verb, name in statement.findall(path.read_text()):
             if verb.upper() == "DROP":
                 names.discard(name)
