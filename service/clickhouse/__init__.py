@@ -18,7 +18,7 @@ import threading
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
-from service.clickhouse.client import ClickHouse, connect
+from service.clickhouse.client import ClickHouse, HttpClient, connect
 from service.clickhouse.ids import IdSource, SaltLease
 from service.settings import Settings
 
@@ -47,6 +47,8 @@ def clickhouse_for(settings: Settings) -> ClickHouse | None:
             from service.clickhouse import migrate
 
             client = connect(url, settings.clickhouse_cluster)
+            if settings.clickhouse_cluster and isinstance(client, HttpClient):
+                client.shard_urls = tuple(migrate.shard_urls(settings))
             migrate.upgrade_deployment(client, settings)
             _clients[url] = client
         return client

@@ -214,6 +214,15 @@ class ChdbClient:
 
 #: Answers of a server (or a proxy before it) that is not serving now.
 _NOT_SERVING = frozenset({502, 503, 504})
+#: ClickHouse's codes for a server it could not reach (a shard of a Distributed
+#: table down): NETWORK_ERROR, SOCKET_TIMEOUT, ALL_CONNECTION_TRIES_FAILED.
+_UNREACHABLE_CODES = ("Code: 210,", "Code: 209,", "Code: 279,")
+
+
+def _unreachable_shard(response: httpx.Response) -> bool:
+    """A 500 that says a shard could not be reached: the cluster is not serving
+    (a retry stores what the live shards did not; their rows are duplicates)."""
+    return response.status_code == 500 and response.text.startswith(_UNREACHABLE_CODES)
 
 
 @dataclass
@@ -225,6 +234,9 @@ class HttpClient:
     auth: tuple[str, str] | None = None
     timeout_s: float = 300.0
     cluster: str | None = None
+    #: On a cluster, every shard's URL (`migrate.shard_urls`): what is done shard by
+    #: shard (the migrations, retention's partition drops) goes there.
+    shard_urls: tuple[str, ...] = ()
     _client: httpx.Client = field(init=False)
     _version: tuple[int, ...] | None = field(init=False, default=None)
     _settings: dict[str, Any] | None = field(init=False, default=None)
@@ -242,7 +254,7 @@ class HttpClient:
                 response = self._client.post("/", params={**query, "query": sql}, content=body)
         except httpx.TransportError as exc:  # refused, reset, timed out, gone mid-answer
             raise ClickHouseUnavailable(type(exc).__name__, str(exc)) from exc
-        if response.status_code in _NOT_SERVING:
+        if response.status_code in _NOT_SERVING or _unreachable_shard(response):
             raise ClickHouseUnavailable(f"HTTP {response.status_code}", response.text[:2000])
         if response.status_code != 200:
             raise ClickHouseError(response.text.strip()[:2000])

@@ -7,7 +7,7 @@ from sqlalchemy import Table, select
 from sqlalchemy.orm import Session
 
 from service.clickhouse import clickhouse_of
-from service.clickhouse.client import ClickHouse
+from service.clickhouse.client import ClickHouse, connect
 from service.models import AnalyticsCursor, AnalyticsState
 from service.repository.locks import ingest_quiesced
 from service.repository.usage import REJECTED_TABLE, USAGE_TABLE
@@ -101,10 +101,30 @@ def drop_counted_days(session: Session, ch: ClickHouse, before_us: int, up_to_id
     transaction holds the write lock (the analytics lock)."""
     with ingest_quiesced(session):
         days = _counted_days(ch, before_us, up_to_id)
-        for day in days:
-            for table in CLICKHOUSE_TABLES:
-                ch.command(f"ALTER TABLE {table} DROP PARTITION {day}")
+        if days:
+            _drop_partitions(ch, sorted(days))
     return sum(days.values())
+
+
+def _drop_partitions(ch: ClickHouse, days: list[int]) -> None:
+    """Drop the days of every table: on one server there; on a cluster on each
+    shard's local tables (a Distributed table refuses partition operations)."""
+    urls = getattr(ch, "shard_urls", ())
+    if not urls:
+        _drop_on(ch, days, "")
+        return
+    for url in urls:
+        shard = connect(url, getattr(ch, "cluster", None))
+        try:
+            _drop_on(shard, days, "_local")
+        finally:
+            shard.close()
+
+
+def _drop_on(ch: ClickHouse, days: list[int], suffix: str) -> None:
+    for day in days:
+        for table in CLICKHOUSE_TABLES:
+            ch.command(f"ALTER TABLE {table}{suffix} DROP PARTITION {day}")
 
 
 def _counted_days(ch: ClickHouse, before_us: int, up_to_id: int) -> dict[int, int]:

@@ -26,7 +26,7 @@ from service.analytics._arrays import window_us
 from service.clickhouse import analytics as ch_analytics
 from service.clickhouse import clickhouse_for, migrate
 from service.clickhouse import reads as ch_reads
-from service.clickhouse.client import ClickHouse, ClickHouseError, connect
+from service.clickhouse.client import ClickHouse, connect
 from service.clickhouse.pass_sql import Scope
 from service.db import make_engine, make_sessionmaker
 from service.services import capacity
@@ -302,14 +302,9 @@ def copy_of_ten(ch: ClickHouse) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ClickHouseError,
-    reason="not done: retention drops day partitions, which a Distributed table refuses "
-    "(each shard's <table>_local would have to be dropped there)",
-)
 def test_retention_drops_old_days(cluster_sessions: tuple[Settings, sessionmaker[Session]]) -> None:
-    """test_retention's rule on the shards (docs/deployment.md: not done)."""
+    """test_retention's rule on the shards: each shard's local tables drop the day
+    (a Distributed table refuses partition operations)."""
     ch_settings, factory = cluster_sessions
     ch = clickhouse_for(ch_settings)
     assert ch is not None

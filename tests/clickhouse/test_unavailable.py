@@ -30,9 +30,10 @@ def test_a_closed_port_is_unavailable() -> None:
 
 
 class Stub(HTTPServer):
-    """A loopback HTTP server answering every POST with `status`."""
+    """A loopback HTTP server answering every POST with `status` and `body`."""
 
     status = 200
+    body = b"no"
 
 
 class _Answers(BaseHTTPRequestHandler):
@@ -41,9 +42,9 @@ class _Answers(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         self.send_response(self.server.status)
-        self.send_header("Content-Length", "2")
+        self.send_header("Content-Length", str(len(self.server.body)))
         self.end_headers()
-        self.wfile.write(b"no")
+        self.wfile.write(self.server.body)
 
     def log_message(self, *_: object) -> None:
         pass
@@ -65,6 +66,16 @@ def test_an_answer_that_it_is_not_serving_is_unavailable(stub: Stub, status: int
     stub.status = status
     with pytest.raises(ClickHouseUnavailable, match=f"HTTP {status}"):
         client.command("SELECT 1")
+
+
+def test_a_shard_it_cannot_reach_is_unavailable(stub: Stub) -> None:
+    """18.16's answer when a shard of a Distributed table is down: a 500 with the
+    code of a network error, after the live shards wrote their rows."""
+    client = connect(f"http://127.0.0.1:{stub.server_address[1]}/cw")
+    stub.status = 500
+    stub.body = b"Code: 210, e.displayText() = DB::NetException: Connection refused (shard 2)"
+    with pytest.raises(ClickHouseUnavailable):
+        client.command("INSERT INTO usage_records SELECT 1")
 
 
 def test_a_refused_statement_is_not(stub: Stub) -> None:
