@@ -1,7 +1,8 @@
 """The SQL of the ClickHouse analytics pass: the block-level work, run where the
-block uses are. Python (service.clickhouse.analytics) then applies contract
-section 4's per-request formulas, the same functions the relational pass uses, to
-one row per request.
+records are, on their block arrays (`uses_of`: nothing is written to read them).
+Python (service.clickhouse.analytics) then applies contract section 4's
+per-request formulas, the same functions the relational pass uses, to one row per
+request.
 
 Why it needs no window functions, and shards by block hash: block hashes are
 chained, so what a use needs is the previous use of its own (model, kind, key)
@@ -10,11 +11,12 @@ window"). Grouping the uses of the pass's range by (model, kind, key), with the
 latest use of the W before the range (an `argMax`, not the W's every use: a hot
 system-prompt block has millions), sorting each group's (ts, id) pairs and pairing
 each use with the one before gives every use's `seen` flag and the previous
-carrier's ts and TTFT. Every group lives on one shard of `cityHash64(model, key)`,
-so the pass runs this step shard by shard (`uses_sql(..., shard, shards)`), each
-shard's key groups alone; the per-request step then only merges small per-use
-rows by request id. The pairing shifts arrays (`_previous`) rather than indexing
-them in a lambda, which would copy the array into every element.
+carrier's ts and TTFT. Every group lives in one slice of `cityHash64(model, key)`,
+so the pass may run this step slice by slice (`uses_sql(..., shard, shards)`,
+`CACHEWATCH_CLICKHOUSE_PASS_SHARDS`), each slice's key groups alone in memory;
+the per-request step then only merges small per-use rows by request id. The
+pairing shifts arrays (`_previous`) rather than indexing them in a lambda, which
+would copy the array into every element.
 
 A request's seen blocks are its leading run of seen blocks (`reuse_sql`: the
 first unseen position, by an array per request), its deepest seen block the last
@@ -32,11 +34,10 @@ range is a primary-key read) and gives the leading blocks in common with it.
 
 No statement reads `FINAL` (on 18.16 it merges the parts in one stream, the
 slowest read there is): a request is stored once (the insert checks and writes
-under one lock, service.clickhouse.records), and the rows derived from it may be
-there twice (a pass that died after deriving them, service.clickhouse.derive), which
-every statement here tolerates: uses are grouped per (key, request) with their
-positions as a set, session rows taken once per (session, request), and the rest
-are maxima or distinct values.
+under one lock, service.clickhouse.records), and the session rows derived from it
+may be there twice (a pass that died after deriving them, service.clickhouse.derive),
+which `_sessions` tolerates by taking one per (session, request); the rest are
+maxima or distinct values.
 
 On a cluster (docs/deployment.md, "Sharding") every table read here but the
 pass's scratch (pass_uses, pass_candidates: Memory, on the server the pass talks
