@@ -9,16 +9,21 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
 
-from service.clickhouse import migrate
+from service import migrate as relational_migrate
+from service.clickhouse import clickhouse_for, migrate
 from service.clickhouse.client import ClickHouse, connect
+from service.db import make_engine, make_sessionmaker
 from service.server_process import free_port
-from tests.conftest import chdb_dir, skip_or_fail
+from service.settings import Settings
+from tests.conftest import chdb_dir, drop_database, fresh_database_url, skip_or_fail
 
 SERVER_CONFIG = """<?xml version="1.0"?>
 <yandex>
@@ -140,3 +145,27 @@ def server(clickhouse_server: str) -> Iterator[ClickHouse]:
     yield client
     client.command(f"DROP DATABASE IF EXISTS {client.database}")
     client.close()
+
+
+@contextmanager
+def deployment_of(
+    settings: Settings, tmp_path: Path, clickhouse_url: str, label: str
+) -> Iterator[tuple[Settings, sessionmaker[Session]]]:
+    """A deployment of its own: a fresh relational database (`label`), its records
+    in `clickhouse_url`; both dropped after."""
+    url = fresh_database_url(tmp_path, label)
+    ch_settings = settings.model_copy(
+        update={
+            "database_url": url,
+            "clickhouse_url": clickhouse_url,
+            "clickhouse_visibility_lag_s": 0.0,
+        }
+    )
+    engine = make_engine(ch_settings)
+    relational_migrate.upgrade(engine)
+    ch = clickhouse_for(ch_settings)
+    assert ch is not None
+    yield ch_settings, make_sessionmaker(engine, ch)
+    ch.command(f"DROP DATABASE IF EXISTS {ch.database}")
+    engine.dispose()
+    drop_database(url)

@@ -13,14 +13,11 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import migrate
-from service.clickhouse import clickhouse_for
-from service.db import make_engine, make_sessionmaker
 from service.models import Rollup
 from service.services.analytics_pass import catch_up
 from service.services.ingestion import ingest_usage
 from service.settings import Settings
-from tests.conftest import drop_database, fresh_database_url
+from tests.clickhouse.conftest import deployment_of
 
 
 @pytest.fixture(params=["chdb", "server"])
@@ -31,22 +28,8 @@ def ch_deployment(
     clickhouse_url = chdb_url
     if request.param == "server":
         clickhouse_url = f"{request.getfixturevalue('clickhouse_server')}t_{uuid.uuid4().hex[:12]}"
-    url = fresh_database_url(tmp_path, "before_epoch")
-    ch_settings = settings.model_copy(
-        update={
-            "database_url": url,
-            "clickhouse_url": clickhouse_url,
-            "clickhouse_visibility_lag_s": 0.0,
-        }
-    )
-    engine = make_engine(ch_settings)
-    migrate.upgrade(engine)
-    ch = clickhouse_for(ch_settings)
-    assert ch is not None
-    yield ch_settings, make_sessionmaker(engine, ch)
-    ch.command(f"DROP DATABASE IF EXISTS {ch.database}")
-    engine.dispose()
-    drop_database(url)
+    with deployment_of(settings, tmp_path, clickhouse_url, "before_epoch") as deployment:
+        yield deployment
 
 
 def record(request_id: str, ts: str, **extra: object) -> dict[str, object]:
@@ -87,6 +70,8 @@ AFTER = record("after-epoch", "1970-01-01T02:00:00Z")
 #: The record before 1970 alone; after one later record in the same pass; and
 #: late, in a pass after the later record's.
 CASES = {"alone": [[BEFORE]], "same-pass": [[AFTER, BEFORE]], "late": [[AFTER], [BEFORE]]}
+
+
 @pytest.mark.parametrize("batches", CASES.values(), ids=CASES.keys())
 def test_counted_as_the_relational_pass_counts_it(
     session: Session,

@@ -76,6 +76,30 @@ def scenario() -> list[list[dict[str, Any]]]:
     return [every[half:], every[:half] + every[-5:]]
 
 
+def relational_rows(
+    session: Session, settings: Settings, batches: list[list[dict[str, Any]]]
+) -> dict[str, Any]:
+    """Every rollup table's rows after the scenario on the relational deployment."""
+    for batch in batches:
+        ingest(session, batch)
+        catch_up(session, settings)
+    return {m.__tablename__: table_rows(session, m) for m in TABLES}
+
+
+def rows_after_restart(
+    engine: Any, ch: ClickHouse, settings: Settings, batches: list[list[dict[str, Any]]]
+) -> dict[str, Any]:
+    """The scenario again, nothing dying (a restarted process, its shippers
+    sending every batch again); every rollup table's rows then. Drops it all."""
+    run(make_sessionmaker(engine, ch), settings, batches)
+    with make_sessionmaker(engine, ch)() as after:
+        rows = {m.__tablename__: table_rows(after, m) for m in TABLES}
+    ch.command(f"DROP DATABASE {ch.database}")
+    engine.dispose()
+    drop_database(settings.database_url)
+    return rows
+
+
 def run(factory: Any, settings: Settings, batches: list[list[dict[str, Any]]]) -> None:
     for batch in batches:
         with factory() as session:
@@ -127,27 +151,18 @@ def test_a_death_anywhere_loses_nothing(
     tmp_path: Path, session: Session, profiled: Settings
 ) -> None:
     batches = scenario()
-    for batch in batches:
-        ingest(session, batch)
-        catch_up(session, profiled)
-    expected = {m.__tablename__: table_rows(session, m) for m in TABLES}
+    expected = relational_rows(session, profiled, batches)
     at, died = 0, True
     while died:
         url = f"chdb://{chdb_dir()}?database=crash_{at}"
         engine, ch, settings = deployment(tmp_path, profiled, at, url)
-        dying = Dying(ch, at)
         try:
-            run(make_sessionmaker(engine, dying), settings, batches)
+            run(make_sessionmaker(engine, Dying(ch, at)), settings, batches)
             died = False
         except Died:
             pass
-        run(make_sessionmaker(engine, ch), settings, batches)  # restarted: sent again
-        with make_sessionmaker(engine, ch)() as after:
-            got = {m.__tablename__: table_rows(after, m) for m in TABLES}
+        got = rows_after_restart(engine, ch, settings, batches)
         assert got == expected, f"died at statement {at}"
-        ch.command(f"DROP DATABASE {ch.database}")
-        engine.dispose()
-        drop_database(settings.database_url)
         at += 1
     assert at > 20  # every statement of the scenario was a point of death
 
@@ -158,16 +173,8 @@ def test_a_death_on_the_server_loses_nothing(
 ) -> None:
     """The same on Debian's clickhouse-server: mid-insert (1) and mid-pass (9)."""
     batches = scenario()
-    for batch in batches:
-        ingest(session, batch)
-        catch_up(session, profiled)
-    expected = {m.__tablename__: table_rows(session, m) for m in TABLES}
+    expected = relational_rows(session, profiled, batches)
     engine, ch, settings = deployment(tmp_path, profiled, at, f"{clickhouse_server}crash_{at}")
     with pytest.raises(Died):
         run(make_sessionmaker(engine, Dying(ch, at)), settings, batches)
-    run(make_sessionmaker(engine, ch), settings, batches)
-    with make_sessionmaker(engine, ch)() as after:
-        assert {m.__tablename__: table_rows(after, m) for m in TABLES} == expected
-    ch.command(f"DROP DATABASE {ch.database}")
-    engine.dispose()
-    drop_database(settings.database_url)
+    assert rows_after_restart(engine, ch, settings, batches) == expected

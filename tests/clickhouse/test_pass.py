@@ -20,9 +20,6 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import migrate
-from service.clickhouse import clickhouse_for
-from service.db import make_engine, make_sessionmaker
 from service.models import (
     ChartRollup,
     GroupRollup,
@@ -37,7 +34,7 @@ from service.services.analytics_pass import catch_up
 from service.services.clickhouse_pass import step_bounds
 from service.services.ingestion import ingest_usage
 from service.settings import Settings
-from tests.conftest import drop_database, fresh_database_url
+from tests.clickhouse.conftest import deployment_of
 from tests.services import findings_traffic, group_traffic
 from tests.services.traffic import T0, US, traffic
 
@@ -65,22 +62,8 @@ def clickhouse_sessions(
     tmp_path: Path, profiled: Settings, clickhouse_url: str
 ) -> Iterator[tuple[Settings, sessionmaker[Session]]]:
     """A second deployment: its own relational database, its records in ClickHouse."""
-    url = fresh_database_url(tmp_path, "clickhouse")
-    ch_settings = profiled.model_copy(
-        update={
-            "database_url": url,
-            "clickhouse_url": clickhouse_url,
-            "clickhouse_visibility_lag_s": 0.0,
-        }
-    )
-    engine = make_engine(ch_settings)
-    migrate.upgrade(engine)
-    ch = clickhouse_for(ch_settings)
-    assert ch is not None
-    yield ch_settings, make_sessionmaker(engine, ch)
-    ch.command(f"DROP DATABASE IF EXISTS {ch.database}")
-    engine.dispose()
-    drop_database(url)
+    with deployment_of(profiled, tmp_path, clickhouse_url, "clickhouse") as deployment:
+        yield deployment
 
 
 def records() -> list[dict[str, Any]]:
