@@ -1,8 +1,9 @@
 """Usage records in ClickHouse: their ids, their insert, and the pass's reads.
 
 Ids. ClickHouse has no sequence, so each API process makes its own, in the layout
-of Twitter's Snowflake: milliseconds since the epoch (41 bits), a random process
-salt (10 bits), a counter within the millisecond (12 bits). They increase with
+of Twitter's Snowflake: milliseconds since the epoch (41 bits), a process salt
+leased from the relational database (10 bits: service.clickhouse.ids), a counter
+within the millisecond (12 bits). They increase with
 arrival within a process and break ties between equal `ts_us` as the relational
 ids do. Their time part is what makes a cursor possible: a record received at t
 or later has an id of at least `id_floor(t)`, so the pass, having waited out the
