@@ -143,57 +143,66 @@ def uses_of(where: str) -> str:
     )"""
 
 
-def _keys_of(scope: Scope, group: str) -> str:
-    """Per (model, kind, key) of the range (within `group`'s filter), every use
-    from `from_us` on, and the latest one of the W before (only it can be a
-    use's previous carrier). One row per (key, request), its positions in an
-    array: a request that repeats a key does not see its own copy."""
+#: The position of a key's latest use before the range: after every real one, so
+#: that use sorts last among a request's own (it has none in the range).
+_LOOKBACK_POS = "toUInt32(4294967295)"
+
+
+def _uses_and_lookback(scope: Scope, group: str) -> str:
+    """Within `group`'s filter, every use from `from_us` on, and per (model, kind,
+    key) of those uses the latest one of the W before (only it can be a use's
+    previous carrier; a hot system-prompt block has millions there)."""
+    in_range = uses_of(scope.in_range())
     return f"""
-    SELECT model, kind, key, id, any(ts_us) AS ts, ifNull(any(ttft_ms), nan) AS ttft,
-           groupArray(pos) AS positions
-    FROM ({uses_of(scope.in_range())}) WHERE {group}
-    GROUP BY model, kind, key, id
+    SELECT model, kind, key, ts_us, id, ttft_ms, pos FROM ({in_range}) WHERE {group}
     UNION ALL
-    SELECT model, kind, key, tupleElement(last, 2) AS id, tupleElement(last, 1) AS ts,
-           tupleElement(last, 3) AS ttft, emptyArrayUInt32() AS positions
+    SELECT model, kind, key, tupleElement(last, 1) AS ts_us, tupleElement(last, 2) AS id,
+           tupleElement(last, 3) AS ttft_ms, {_LOOKBACK_POS} AS pos
     FROM (
         SELECT model, kind, key,
                argMax((ts_us, id, ifNull(ttft_ms, nan)), (ts_us, id)) AS last
         FROM ({uses_of(scope.before_range())})
-        WHERE {group}
-          AND key GLOBAL IN (SELECT key FROM ({uses_of(scope.in_range())}) WHERE {group})
+        WHERE {group} AND key GLOBAL IN (SELECT key FROM ({in_range}) WHERE {group})
         GROUP BY model, kind, key
     )"""
 
 
 def uses_sql(scope: Scope, shard: int, shards: int) -> str:
     """Fill pass_uses with the uses of one shard of keys at or after `from_us`,
-    each with its seen flag and previous carrier (module docstring)."""
+    each with its seen flag and previous carrier (module docstring).
+
+    One grouping, by key: its uses sorted by (ts, id, position), each paired with
+    the one before. A request that carries a key at several positions does not
+    see its own copy: its later positions come right after its first (same ts and
+    id) and are marked `seen = 2`, "as at the first position", which the
+    per-request step reads (`_blocks_per_request`); the use after them, another
+    request's, pairs with the last of them, whose ts and TTFT are the request's.
+    (Grouping by (key, request) first said the same at a third more CPU.)"""
     w = int(scope.window_us)
     shard_of = f"cityHash64(model, key) % {int(shards)} = {int(shard)}"
     return f"""
 INSERT INTO pass_uses (id, kind, key, pos, seen, prev_ts, prev_ttft)
-SELECT u_id, kind, key, pos, seen, p_ts, p_ttft
+SELECT u_id, kind, key, u_pos, seen, p_ts, p_ttft
 FROM (
-    SELECT kind, key, u_id, u_positions,
-           toUInt8(j > 1 AND u_ts - p_ts <= {w}) AS seen, p_ts, p_ttft, u_ts
+    SELECT kind, key, u_id, u_pos, u_ts, p_ts, p_ttft,
+           if(j > 1 AND u_id = p_id, toUInt8(2), toUInt8(j > 1 AND u_ts - p_ts <= {w})) AS seen
     FROM (
         SELECT model, kind, key,
-               arraySort(x -> (tupleElement(x, 2), tupleElement(x, 1)),
-                         groupArray((id, ts, ttft, positions))) AS u
-        FROM ({_keys_of(scope, shard_of)})
+               arraySort(x -> (tupleElement(x, 1), tupleElement(x, 2), tupleElement(x, 4)),
+                         groupArray((ts_us, id, ifNull(ttft_ms, nan), pos))) AS u
+        FROM ({_uses_and_lookback(scope, shard_of)})
         GROUP BY model, kind, key
     )
     ARRAY JOIN
         arrayEnumerate(u) AS j,
-        arrayMap(x -> tupleElement(x, 1), u) AS u_id,
-        arrayMap(x -> tupleElement(x, 2), u) AS u_ts,
-        arrayMap(x -> tupleElement(x, 4), u) AS u_positions,
-        {_previous("arrayMap(x -> tupleElement(x, 2), u)", "toInt64(0)")} AS p_ts,
+        arrayMap(x -> tupleElement(x, 1), u) AS u_ts,
+        arrayMap(x -> tupleElement(x, 2), u) AS u_id,
+        arrayMap(x -> tupleElement(x, 4), u) AS u_pos,
+        {_previous("arrayMap(x -> tupleElement(x, 1), u)", "toInt64(0)")} AS p_ts,
+        {_previous("arrayMap(x -> tupleElement(x, 2), u)", "toInt64(0)")} AS p_id,
         {_previous("arrayMap(x -> tupleElement(x, 3), u)", "nan")} AS p_ttft
     WHERE u_ts >= {int(scope.from_us)}
-)
-ARRAY JOIN u_positions AS pos"""
+)"""
 
 
 #: The record columns a pass reads back, besides the block-level ones: what the
@@ -224,18 +233,27 @@ RECORD_COLUMNS = (
 
 def _blocks_per_request() -> str:
     """Per request: its leading run of seen blocks and its deepest seen block's
-    previous carrier (ts, TTFT) and key."""
+    previous carrier (ts, TTFT) and key. A position marked `seen = 2` (the key
+    again, `uses_sql`) is seen when its first position is, which comes earlier in
+    the run: so it never ends the run, and when it is the deepest, its first
+    position carries the previous carrier."""
     return """
 SELECT id, run, tupleElement(deep, 3) AS deep_prev_ts, tupleElement(deep, 4) AS deep_prev_ttft,
        tupleElement(deep, 5) AS deep_key
 FROM (
-    SELECT id, if(miss = 0, toInt64(length(b)), toInt64(miss) - 1) AS run,
-           if(run > 0, b[run], (toUInt32(0), toUInt8(0), toInt64(0), nan, toInt64(0))) AS deep
+    SELECT id, run,
+           if(tupleElement(last, 2) = 2,
+              b[arrayFirstIndex(x -> tupleElement(x, 5) = tupleElement(last, 5), b)],
+              last) AS deep
     FROM (
-        SELECT id, arraySort(x -> tupleElement(x, 1),
-                             groupArray((pos, seen, prev_ts, prev_ttft, key))) AS b,
-               arrayFirstIndex(x -> tupleElement(x, 2) = 0, b) AS miss
-        FROM pass_uses WHERE kind = 0 GROUP BY id
+        SELECT id, b, if(miss = 0, toInt64(length(b)), toInt64(miss) - 1) AS run,
+               if(run > 0, b[run], (toUInt32(0), toUInt8(0), toInt64(0), nan, toInt64(0))) AS last
+        FROM (
+            SELECT id, arraySort(x -> tupleElement(x, 1),
+                                 groupArray((pos, seen, prev_ts, prev_ttft, key))) AS b,
+                   arrayFirstIndex(x -> tupleElement(x, 2) = 0, b) AS miss
+            FROM pass_uses WHERE kind = 0 GROUP BY id
+        )
     )
 )"""
 
