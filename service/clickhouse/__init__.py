@@ -54,6 +54,17 @@ def clickhouse_for(settings: Settings) -> ClickHouse | None:
         return client
 
 
+def release_id_sources() -> None:
+    """Release every id source of the process (its salt freed, its renewals
+    stopped) and forget them: a process that made ids for databases it is done
+    with (the tests, a CLI command) stops renewing their leases."""
+    with _lock:
+        sources = list(_ids.values())
+        _ids.clear()
+    for source in sources:
+        source.release()
+
+
 def ids_of(session: Session) -> IdSource:
     """The process's record ids for the relational database of `session`."""
     bind = session.get_bind()

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import migrate as relational_migrate
-from service.clickhouse import clickhouse_for, migrate
+from service.clickhouse import clickhouse_for, migrate, release_id_sources
 from service.clickhouse.client import ClickHouse, connect
 from service.db import make_engine, make_sessionmaker
 from service.server_process import free_port
@@ -169,3 +169,11 @@ def deployment_of(
     ch.command(f"DROP DATABASE IF EXISTS {ch.database}")
     engine.dispose()
     drop_database(url)
+
+
+@pytest.fixture(autouse=True)
+def _id_sources_released() -> Iterator[None]:
+    """Each test's id sources released after it: their renewal threads would go on
+    renewing leases in databases the test dropped, and log it in later tests."""
+    yield
+    release_id_sources()
