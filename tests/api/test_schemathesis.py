@@ -72,7 +72,18 @@ CONFORMANCE = [
     allow_header_conformance,
     missing_required_header,
 ]
-CHECKS = [*CONFORMANCE, negative_data_rejection, positive_data_acceptance, ignored_auth]
+
+
+def negative_data_refused(ctx: Any, response: Response, case: Case) -> bool | None:
+    """schemathesis's negative_data_rejection, with 413 among the refusals: a body
+    over a documented `maxItems` (POST /v1/events' 10,000) is "too large" in the
+    contract (section 2), which schemathesis's list of codes leaves out."""
+    if response.status_code == 413:
+        return None
+    return negative_data_rejection(ctx, response, case)
+
+
+CHECKS = [*CONFORMANCE, negative_data_refused, positive_data_acceptance, ignored_auth]
 SCOPES = [None, *Scope]
 # Per operation and scope, in the fuzzing phase (the coverage phase adds its own
 # cases): enough for the edge cases of each parameter while the module stays near
@@ -200,7 +211,7 @@ def test_every_operation_with_every_scope(
         if case.operation.path == "/v1/usage":
             checks.append(every_record_is_counted)
             if body_is_negative(case):
-                checks.remove(negative_data_rejection)
+                checks.remove(negative_data_refused)
         case.call_and_validate(checks=checks, **kwargs)
         return
     response = case.call_and_validate(checks=CONFORMANCE, **kwargs)
