@@ -296,10 +296,13 @@ class HttpClient:
         return _with_schema(pl.read_ndjson(io.BytesIO(data), infer_schema_length=None), schema)
 
     def _query_csv(self, sql: str, schema: Mapping[str, pl.DataType]) -> pl.DataFrame | None:
-        """The answer as CSV, parsed with `schema`'s types, when it names every
-        column (None otherwise: CSV says no types, and inferring them would read a
-        string of digits as a number). Polars parses CSV on every core, five
-        times as fast as JSON lines: the pass reads a row per record."""
+        """The answer as CSV, parsed with `schema`'s types, when they are all flat
+        (polars reads no list from CSV) and name every column (None otherwise: CSV
+        says no types, and inferring them would read a string of digits as a
+        number). Polars parses CSV on every core: in a profile of the pass, whose
+        answer is a row per record, 0.26 s against 1.8 s of JSON lines for 200,000."""
+        if any(dtype.is_nested() for dtype in schema.values()):
+            return None
         data = self._post(sql + " FORMAT CSVWithNames")
         header = data.split(b"\n", 1)[0].decode()
         names = [n.strip('"') for n in header.split(",")] if header else []

@@ -7,11 +7,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from service.clickhouse import migrate
+from service.clickhouse import migrate, reads
 from service.clickhouse.client import ClickHouse
 from tests.analytics.conftest import mooncake_frame
 from tests.analytics.reference import Record
 from tests.analytics.test_properties import WINDOWS, traffic
+from tests.clickhouse.frames import insert_frame
 from tests.clickhouse.test_analytics import assert_same, clickhouse_results
 from tests.conftest import is_postgres_run
 
@@ -39,3 +40,17 @@ def test_a_trace_slice_equals_the_engine_in_process(server: ClickHouse, chdb: Cl
 
 def test_migrations_are_applied_once(server: ClickHouse) -> None:
     assert migrate.upgrade(server) == []
+
+
+def test_the_block_records_read_as_on_the_engine_in_process(
+    server: ClickHouse, chdb: ClickHouse
+) -> None:
+    """A read whose schema holds a list (the block hashes) comes back from 18.16
+    as from chdb: CSV, which the client prefers there, carries no list."""
+    frame = mooncake_frame("conversation_trace.jsonl").head(300)
+    for ch in (server, chdb):
+        insert_frame(ch, frame)
+    args = {"model": None, "from_us": None, "to_us": None}
+    on_server = reads.load_block_frame(server, **args)
+    assert on_server.height == 300
+    assert on_server.equals(reads.load_block_frame(chdb, **args))
