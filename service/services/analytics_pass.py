@@ -107,15 +107,16 @@ def catch_up_step(
     batch = profiles.annotate(batch)
     window_us = round(settings.reuse_window_s * 1_000_000)
     exact_from = exact_from_us(session, window_us)
-    if exact_from:
+    if exact_from is not None:
         # Retention deleted history before this: older late records are stored but
         # not counted (rebuilding their hour would drop what the deleted ones added).
         batch = batch.filter(pl.col("ts_us") >= exact_from)
     recompute_from: int | None
     if state is not None and state.window_us != window_us:
-        # W changed: everything still on record is recomputed under the new window.
-        recompute_from = exact_from
-        state = _recompute(session, settings, None, exact_from, high, profiles)
+        # W changed: everything still on record is recomputed under the new window
+        # (from 0 without a horizon: buckets before 1970 keep the old W's values).
+        recompute_from = 0 if exact_from is None else exact_from
+        state = _recompute(session, settings, None, recompute_from, high, profiles)
     else:
         state, recompute_from = _take_batch(session, settings, state, batch, high, profiles)
     watermark_ts = state.watermark[0] if state.watermark else 0

@@ -43,7 +43,6 @@ from service.clickhouse.derive import derive
 from service.clickhouse.pass_sql import Scope
 from service.profiles import profiles_for
 from service.repository.locks import ingest_quiesced
-from service.repository.retention import get_horizon
 from service.services import chart_rollups
 from service.services.pass_state import CURSOR, STATE, PassReport, exact_from_us
 from service.services.rollup_writes import add_to_rollups, replace_rollups_from
@@ -60,9 +59,8 @@ def catch_up(session: Session, settings: Settings, ch: ClickHouse) -> PassReport
         high = max(low, ch_records.visible_high_id(ch, settings.clickhouse_visibility_lag_s))
     w_us = window_us(settings.reuse_window_s)
     mark_window, mark = _watermark(session)
-    # No retention horizon: every record is on record, those before 1970 too (the
-    # relational pass's 0 bounds only its rebuilds, which start from its state).
-    exact_from = exact_from_us(session, w_us) if get_horizon(session) else -UNBOUNDED_US
+    exact = exact_from_us(session, w_us)
+    exact_from = -UNBOUNDED_US if exact is None else exact  # None: every record
     new = ch_records.new_records(ch, low, high, mark)
     derive(ch, low, high)  # before the cursor moves past them: service.clickhouse.derive
     if new.n == 0:

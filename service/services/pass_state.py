@@ -38,12 +38,13 @@ class PassReport:
         )
 
 
-def exact_from_us(session: Session, window_us: int) -> int:
+def exact_from_us(session: Session, window_us: int) -> int | None:
     """The first hour whose results can still be rebuilt exactly: every record from
-    W before it is on record (retention deletes only before its horizon)."""
+    W before it is on record (retention deletes only before its horizon). None:
+    retention never ran, every record can be (those before 1970 too)."""
     horizon = retention_repo.get_horizon(session)
     if horizon is None:
-        return 0
+        return None
     if window_us >= UNBOUNDED_US:  # W made unbounded after retention ran: best effort
         window_us = 0
     return -(-(horizon + window_us) // _HOUR_US) * _HOUR_US
