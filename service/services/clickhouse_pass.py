@@ -62,10 +62,10 @@ def catch_up(session: Session, settings: Settings, ch: ClickHouse) -> PassReport
     exact = exact_from_us(session, w_us)
     exact_from = -UNBOUNDED_US if exact is None else exact  # None: every record
     new = ch_records.new_records(ch, low, high, mark)
-    derive(ch, low, high)  # before the cursor moves past them: service.clickhouse.derive
-    if new.n == 0:
+    if new.n == 0:  # nothing in (low, high]: nothing to derive either
         repository.set_cursor(session, CURSOR, high, time.time_ns() // 1000)
         return PassReport(0, None)
+    derive(ch, low, high)  # before the cursor moves past them: service.clickhouse.derive
     if mark_window is not None and mark_window != w_us:
         rebuild_from: int | None = exact_from  # W changed: everything on record
     else:
@@ -77,8 +77,7 @@ def catch_up(session: Session, settings: Settings, ch: ClickHouse) -> PassReport
         after_id=low if rebuild_from is None else None,
     )
     _compute_in_steps(session, settings, ch, whole, rebuild_from, mark)
-    if new.n:
-        mark = new.newest if mark is None else max(mark, new.newest)
+    mark = new.newest if mark is None else max(mark, new.newest)
     _save_watermark(session, w_us, mark)
     repository.set_cursor(session, CURSOR, high, time.time_ns() // 1000)
     return PassReport(new.n, rebuild_from)
