@@ -220,6 +220,21 @@ class LiveServer:
         return out.stdout.decode().strip()
 
 
+def run_cachewatch(
+    env: dict[str, str], *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`cachewatch ARGS...` of this checkout in a process of its own, with `env`
+    alone; its exit code and output, whatever they are."""
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *args],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def make_live_server(tmp_path: Path, database_url: str, **settings: str) -> LiveServer:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEWATCH_")}

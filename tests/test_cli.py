@@ -21,7 +21,7 @@ from service.repository.detection import take_detection_lock
 from service.services.tokens import hash_token
 from service.settings import Settings
 from tests.alerts.test_message import regression
-from tests.conftest import PROJECT_ROOT, drop_database, fresh_database_url
+from tests.conftest import PROJECT_ROOT, drop_database, fresh_database_url, run_cachewatch
 from tests.e2e.test_detect_beside_server import Holder
 from tests.findings.test_report import as_html
 
@@ -73,14 +73,7 @@ def test_a_bad_models_file_stops_the_command_naming_the_line(
         "CACHEWATCH_MODELS_FILE": str(models),
         "PATH": "/usr/bin:/bin",
     }
-    run = subprocess.run(
-        [sys.executable, "-m", "service.cli", *command],
-        env=env,
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    run = run_cachewatch(env, *command, timeout=60)
     assert run.returncode == 2, run.stderr
     assert f"{models}, line 3: `ttl_s` = '5m' in [[model]]" in run.stderr
     assert run.stdout == ""

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import PROJECT_ROOT, LiveServer, make_live_server
+from tests.conftest import LiveServer, make_live_server, run_cachewatch
 
 pytest.importorskip("chdb")
 
@@ -34,17 +33,6 @@ def serving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     server.stop()
 
 
-def cachewatch(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "service.cli", *args],
-        env=env,
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def assert_one_line_about_chdb(done: subprocess.CompletedProcess[str]) -> None:
     assert done.returncode != 0, done.stderr
     lines = done.stderr.strip().splitlines()
@@ -57,7 +45,7 @@ def assert_one_line_about_chdb(done: subprocess.CompletedProcess[str]) -> None:
     "command", [["migrate"], ["worker"], ["detect"], ["report"], ["retention"]], ids=" ".join
 )
 def test_a_second_process_is_refused_in_one_line(serving: LiveServer, command: list[str]) -> None:
-    done = cachewatch(serving.env, *command)
+    done = run_cachewatch(serving.env, *command)
     assert_one_line_about_chdb(done)
     assert done.returncode == 1
     assert serving.process is not None
@@ -68,7 +56,7 @@ def test_a_second_process_is_refused_in_one_line(serving: LiveServer, command: l
 
 def test_the_server_serves_on(serving: LiveServer) -> None:
     """The refused commands touched nothing of the server's: it still answers."""
-    cachewatch(serving.env, "detect")
+    run_cachewatch(serving.env, "detect")
     assert httpx.get(serving.url + "/healthz", timeout=10).status_code == 200
 
 
@@ -77,7 +65,7 @@ def test_serve_with_several_workers_is_refused(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEWATCH_")}
     env["CACHEWATCH_DATABASE_URL"] = f"sqlite:///{tmp_path / 'db.sqlite'}"
     env["CACHEWATCH_CLICKHOUSE_URL"] = f"chdb://{tmp_path / 'chdb'}"
-    done = cachewatch(env, "serve", "--workers", "2", "--port", "1")
+    done = run_cachewatch(env, "serve", "--workers", "2", "--port", "1")
     assert_one_line_about_chdb(done)
     assert done.returncode == 2
     assert not (tmp_path / "chdb").exists()
