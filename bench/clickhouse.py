@@ -266,7 +266,7 @@ def main() -> None:
         return
     with _clickhouse_server(args.clickhouse) as ch_server:
         print(" ".join(f"{h:>{w}}" for h, w in zip(HEADER, WIDTHS, strict=True)))
-        for n in [int(s) for s in args.sizes.split(",")]:
+        for n in [int(s) for s in args.sizes.split(",") if s]:
             _ratios(_run_size(args, n, ch_server))
         if args.http:
             _http_ingest(args, ch_server)

@@ -14,9 +14,10 @@ frame back) and `insert` (a Polars frame in).
 
 Formats: frames come back as Arrow from chdb and servers 23 and newer, and as
 JSONEachRow from older ones (64-bit integers unquoted); inserts go as Arrow to
-chdb and as JSONEachRow to servers (any version reads it, and async inserts take
-it). Only chdb and Debian's 18.16 are tested; the Arrow and async-insert requests
-to a current server are written from ClickHouse's documentation.
+chdb and as TabSeparated to servers (`tab_separated`: every version reads it,
+async inserts take it, and 18.16 parses it faster than JSONEachRow). Only chdb and
+Debian's 18.16 are tested; the Arrow and async-insert requests to a current server
+are written from ClickHouse's documentation.
 """
 
 from __future__ import annotations
@@ -318,11 +319,41 @@ class HttpClient:
         settings = ASYNC_INSERT if self.version() >= (21, 11) else {}
         settings = {**settings, **self._statement_settings()}
         columns = ", ".join(frame.columns)
-        body = frame.write_ndjson().encode()
-        self._post(f"INSERT INTO {table} ({columns}) FORMAT JSONEachRow", body=body, **settings)
+        body = tab_separated(frame)
+        self._post(f"INSERT INTO {table} ({columns}) FORMAT TabSeparated", body=body, **settings)
 
     def close(self) -> None:
         self._client.close()
+
+
+#: TabSeparated's escapes (https://clickhouse.com/docs/interfaces/formats/TabSeparated):
+#: the backslash first, so that the others' backslashes are not doubled.
+_TSV_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
+
+
+def tab_separated(frame: pl.DataFrame) -> bytes:
+    """`frame` as ClickHouse's TabSeparated rows, built column-wise by Polars: strings
+    escaped, lists as `[1,2]`, booleans as 0/1, nulls as `\\N` (a string `\\N` is
+    escaped to `\\\\N`, so the two never meet), floats as Polars writes them
+    (`NaN`, `inf` and exponents read back exactly)."""
+    columns = []
+    for name, dtype in frame.schema.items():
+        column = pl.col(name)
+        if dtype == pl.String:
+            for raw, escaped in _TSV_ESCAPES:
+                column = column.str.replace_all(raw, escaped, literal=True)
+        elif dtype == pl.Boolean:
+            column = column.cast(pl.UInt8)
+        elif isinstance(dtype, pl.List):
+            if not dtype.inner.is_numeric():  # type: ignore[union-attr]
+                raise TypeError(f"{name}: only lists of numbers go as TabSeparated")
+            items = column.cast(pl.List(pl.String)).list.join(",")
+            column = pl.concat_str(pl.lit("["), items, pl.lit("]"))
+        columns.append(column.alias(name))
+    text = frame.select(columns).write_csv(
+        separator="\t", quote_style="never", null_value="\\N", include_header=False
+    )
+    return text.encode()
 
 
 def _version_of(text: str) -> tuple[int, ...]:
