@@ -38,10 +38,6 @@ _PASS_SCHEMA: dict[str, pl.DataType] = {
     "n_blocks": pl.Int64(),
     "has_blocks": pl.UInt8(),
     "first_block": pl.Int64(),
-    "run": pl.Int64(),
-    "deep_prev_ts": pl.Int64(),
-    "deep_prev_ttft": pl.Float64(),
-    "deep_key": pl.Int64(),
     "p_seen": pl.Int64(),
     "p_prev_ts": pl.Int64(),
     "p_prev_ttft": pl.Float64(),
@@ -50,6 +46,16 @@ _PASS_SCHEMA: dict[str, pl.DataType] = {
     "s_prev_bs": pl.Int64(),
     "s_prev_blocks": pl.Int64(),
     "s_common": pl.Int64(),
+}
+
+#: What `blocks_sql` gives per request with blocks (0 for a request without).
+_BLOCKS_SCHEMA: dict[str, pl.DataType] = {
+    "id": pl.Int64(),
+    "run": pl.Int64(),
+    "deep_prev_ts": pl.Int64(),
+    "deep_prev_ttft": pl.Float64(),
+    "deep_key": pl.Int64(),
+    "exact": pl.UInt8(),
 }
 
 Annotate = Callable[[pl.DataFrame], pl.DataFrame]
@@ -68,7 +74,8 @@ def compute(
         ch.command(pass_sql.uses_sql(scope, shard, shards))
     # The columns named: 18.16's `SELECT *` of a join adds the right side's key.
     named = f"SELECT {', '.join(_PASS_SCHEMA)} FROM ({pass_sql.reuse_sql(scope)})"
-    rows = ch.query(named, _PASS_SCHEMA)
+    rows = ch.query(named, _PASS_SCHEMA).join(_blocks(ch), on="id", how="left")
+    rows = rows.with_columns(pl.col(c).fill_null(0) for c in ("run", "deep_prev_ts", "deep_key"))
     rows = annotate(rows.sort(["ts_us", "id"]).with_columns(_float_nan()))
     results = _results(ch, scope, rows)
     records = rows.select(
@@ -77,6 +84,15 @@ def compute(
         pl.when(rows["has_blocks"] == 1).then(pl.lit(b"")).otherwise(None).alias("block_hashes")
     )
     return records, results
+
+
+def _blocks(ch: ClickHouse) -> pl.DataFrame:
+    """The block columns of every request with blocks: by aggregates, or by their
+    definition when a request's seen flags ask for it (pass_sql.blocks_sql)."""
+    blocks = ch.query(pass_sql.blocks_sql(), _BLOCKS_SCHEMA)
+    if not blocks["exact"].cast(pl.Boolean).all():
+        blocks = ch.query(pass_sql.blocks_exact_sql(), _BLOCKS_SCHEMA)
+    return blocks.drop("exact")
 
 
 def _float_nan() -> list[pl.Expr]:

@@ -18,11 +18,11 @@ the per-request step then only merges small per-use rows by request id. The
 pairing shifts arrays (`_previous`) rather than indexing them in a lambda, which
 would copy the array into every element.
 
-A request's seen blocks are its leading run of seen blocks (`reuse_sql`: the
-first unseen position, by an array per request), its deepest seen block the last
-of that run. Because seen flags are prefix-closed for chained hashes, the run is
-also the count of seen blocks, which makes the ceiling a plain sum over the
-(model, key) groups; the array keeps the pass exact for keys that are not chained.
+A request's seen blocks are its leading run of seen blocks (`blocks_sql`: the
+first unseen position), its deepest seen block the last of that run. Because seen
+flags are prefix-closed for chained hashes, that is the last seen position, found
+by plain aggregates; for keys that are not chained, `blocks_exact_sql` keeps the
+pass exact with an array per request, the slower way.
 
 The rewarm causes need, for the deepest seen block only, the previous carrier's ts
 and TTFT (above) and whether the rewarm's own replica carried that key within W
@@ -175,7 +175,7 @@ def uses_sql(scope: Scope, shard: int, shards: int) -> str:
     the one before. A request that carries a key at several positions does not
     see its own copy: its later positions come right after its first (same ts and
     id) and are marked `seen = 2`, "as at the first position", which the
-    per-request step reads (`_blocks_per_request`); the use after them, another
+    per-request step reads (`blocks_exact_sql`); the use after them, another
     request's, pairs with the last of them, whose ts and TTFT are the request's.
     (Grouping by (key, request) first said the same at a third more CPU.)"""
     w = int(scope.window_us)
@@ -231,15 +231,39 @@ RECORD_COLUMNS = (
 )
 
 
-def _blocks_per_request() -> str:
+def blocks_sql() -> str:
     """Per request: its leading run of seen blocks and its deepest seen block's
-    previous carrier (ts, TTFT) and key. A position marked `seen = 2` (the key
-    again, `uses_sql`) is seen when its first position is, which comes earlier in
-    the run: so it never ends the run, and when it is the deepest, its first
-    position carries the previous carrier."""
+    previous carrier (ts, TTFT) and key, by plain aggregates (no arrays): the first
+    unseen position, and the carrier of the last position marked `seen = 1`. That
+    is the deepest of the run when the request's seen flags are prefix-closed (no
+    seen position after its first unseen one) and it carries no key twice (no
+    `seen = 2`), as every request of chained block hashes does; `exact` says so.
+    For a request where it does not hold, `blocks_exact_sql` is the definition."""
+    return """
+SELECT id, run, tupleElement(deep, 1) AS deep_prev_ts, tupleElement(deep, 2) AS deep_prev_ttft,
+       tupleElement(deep, 3) AS deep_key, toUInt8(twos = 0 AND (miss = 0 OR top < miss)) AS exact
+FROM (
+    SELECT id, if(miss = 0, toInt64(n), toInt64(miss) - 1) AS run, miss, top, twos,
+           if(run > 0, seen_deep, (toInt64(0), nan, toInt64(0))) AS deep
+    FROM (
+        SELECT id, count() AS n, minIf(pos + 1, seen = 0) AS miss,
+               maxIf(pos + 1, seen != 0) AS top, countIf(seen = 2) AS twos,
+               argMaxIf((prev_ts, prev_ttft, key), pos, seen = 1) AS seen_deep
+        FROM pass_uses WHERE kind = 0 GROUP BY id
+    )
+)"""
+
+
+def blocks_exact_sql() -> str:
+    """`blocks_sql`'s columns by definition, for any seen flags: each request's
+    uses as an array in position order, the run up to the first unseen one and its
+    last element. A position marked `seen = 2` (the key again, `uses_sql`) is seen
+    when its first position is, which comes earlier in the run: so it never ends
+    the run, and when it is the deepest, its first position carries the previous
+    carrier."""
     return """
 SELECT id, run, tupleElement(deep, 3) AS deep_prev_ts, tupleElement(deep, 4) AS deep_prev_ttft,
-       tupleElement(deep, 5) AS deep_key
+       tupleElement(deep, 5) AS deep_key, toUInt8(1) AS exact
 FROM (
     SELECT id, run,
            if(tupleElement(last, 2) = 2,
@@ -317,16 +341,17 @@ FROM (
 
 def reuse_sql(scope: Scope) -> str:
     """One row per computed record: RECORD_COLUMNS, `n_blocks` and `has_blocks`
-    (the record gave block_hashes, maybe empty), the block-level values of
-    `_blocks_per_request`, the prefix key's seen flag and carrier, and the session
-    columns of `_sessions` (0 where they do not apply). Reads pass_uses."""
+    (the record gave block_hashes, maybe empty), the prefix key's seen flag and
+    carrier, and the session columns of `_sessions` (0 where they do not apply).
+    Reads pass_uses. The block columns (`blocks_sql`) are read apart and joined by
+    the caller: whether they need `blocks_exact_sql` is known only once read."""
     cols = ", ".join(RECORD_COLUMNS)
     records = f"""
 SELECT {cols}, toInt64(length(block_hashes)) AS n_blocks, has_blocks,
        if(length(block_hashes) > 0, block_hashes[1], toInt64(0)) AS first_block
 FROM usage_records WHERE {scope.computed()}"""
     joined = records
-    for n, part in enumerate((_blocks_per_request(), _prefix_per_request(), _sessions(scope))):
+    for n, part in enumerate((_prefix_per_request(), _sessions(scope))):
         joined = (
             f"SELECT * FROM ({joined}) AS l{n} GLOBAL ANY LEFT JOIN ({part}) AS r{n} USING (id)"
         )

@@ -16,6 +16,7 @@ from service.analytics import compute_request_metrics
 from service.analytics._arrays import window_us
 from service.analytics.definitions import SUM_COLUMNS, ratios
 from service.clickhouse import analytics as ch_analytics
+from service.clickhouse import pass_sql
 from service.clickhouse.client import ClickHouse
 from service.clickhouse.pass_sql import Scope
 from service.rollups import aggregate
@@ -91,6 +92,18 @@ def test_one_shard_and_many_give_the_same(chdb: ClickHouse) -> None:
     one = clickhouse_results(chdb, frame, 3600.0, shards=1)
     many = clickhouse_results(chdb, frame, 3600.0, shards=7)
     assert one.equals(many)
+
+
+def test_chained_hashes_take_the_aggregates(chdb: ClickHouse) -> None:
+    """A real trace's block hashes are chained: every request's block columns come
+    from the plain aggregates (`exact`), equal to their definition."""
+    frame = mooncake_frame("conversation_trace.jsonl").head(2000)
+    clickhouse_results(chdb, frame, 3600.0)  # leaves the pass's pass_uses behind
+    by_aggregates = chdb.query(pass_sql.blocks_sql()).sort("id")
+    by_definition = chdb.query(pass_sql.blocks_exact_sql()).sort("id")
+    assert by_aggregates.height == 2000
+    assert by_aggregates["exact"].cast(pl.Boolean).all()
+    assert by_aggregates.equals(by_definition)
 
 
 @pytest.mark.parametrize(
