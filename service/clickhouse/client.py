@@ -35,6 +35,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import httpx
 import polars as pl
 
+from service.tab_separated import tab_separated
+
 #: An insert is answered once the server has written it (module docstring).
 ASYNC_INSERT = {"async_insert": 1, "wait_for_async_insert": 1}
 #: Frames come back as Arrow from this server version on (strings as strings, not
@@ -324,36 +326,6 @@ class HttpClient:
 
     def close(self) -> None:
         self._client.close()
-
-
-#: TabSeparated's escapes (https://clickhouse.com/docs/interfaces/formats/TabSeparated):
-#: the backslash first, so that the others' backslashes are not doubled.
-_TSV_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
-
-
-def tab_separated(frame: pl.DataFrame) -> bytes:
-    """`frame` as ClickHouse's TabSeparated rows, built column-wise by Polars: strings
-    escaped, lists as `[1,2]`, booleans as 0/1, nulls as `\\N` (a string `\\N` is
-    escaped to `\\\\N`, so the two never meet), floats as Polars writes them
-    (`NaN`, `inf` and exponents read back exactly)."""
-    columns = []
-    for name, dtype in frame.schema.items():
-        column = pl.col(name)
-        if dtype == pl.String:
-            for raw, escaped in _TSV_ESCAPES:
-                column = column.str.replace_all(raw, escaped, literal=True)
-        elif dtype == pl.Boolean:
-            column = column.cast(pl.UInt8)
-        elif isinstance(dtype, pl.List):
-            if not dtype.inner.is_numeric():  # type: ignore[union-attr]
-                raise TypeError(f"{name}: only lists of numbers go as TabSeparated")
-            items = column.cast(pl.List(pl.String)).list.join(",")
-            column = pl.concat_str(pl.lit("["), items, pl.lit("]"))
-        columns.append(column.alias(name))
-    text = frame.select(columns).write_csv(
-        separator="\t", quote_style="never", null_value="\\N", include_header=False
-    )
-    return text.encode()
 
 
 def _version_of(text: str) -> tuple[int, ...]:

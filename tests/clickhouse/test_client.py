@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.clickhouse.client import ClickHouse, tab_separated
+from service.clickhouse.client import ClickHouse
+from service.tab_separated import tab_separated
 from tests.conftest import is_postgres_run
 
 pytestmark = pytest.mark.skipif(is_postgres_run(), reason="no relational database involved")
