@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import polars as pl
 
-#: The escapes, the backslash first so that the others' backslashes are not doubled.
-_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
+#: The escapes, applied in one pass (so no escape's backslash is escaped again).
+_RAW = ["\\", "\t", "\n", "\r"]
+_ESCAPED = ["\\\\", "\\t", "\\n", "\\r"]
 
 
 def tab_separated(frame: pl.DataFrame) -> bytes:
@@ -29,8 +30,7 @@ def tab_separated(frame: pl.DataFrame) -> bytes:
 
 def _text(column: pl.Expr, name: str, dtype: pl.DataType) -> pl.Expr:
     if dtype == pl.String:
-        for raw, escaped in _ESCAPES:
-            column = column.str.replace_all(raw, escaped, literal=True)
+        column = column.str.replace_many(_RAW, _ESCAPED)
     elif dtype == pl.Boolean:
         column = column.cast(pl.UInt8)
     elif dtype == pl.Binary:

@@ -96,29 +96,41 @@ def block_lists(blobs: Sequence[bytes | None]) -> pl.Series:
 def insert_usage(ch: ClickHouse, values: Iterable[tuple[Any, ...]], ids: IdSource) -> int:
     """Rows in `usage_row_values` form with distinct request_ids: the ones not
     stored yet are inserted (durable when this returns). Returns how many."""
+    batch = usage_batch(values)
+    return 0 if batch is None else insert_batch(ch, batch, ids)
+
+
+def usage_batch(values: Iterable[tuple[Any, ...]]) -> pl.DataFrame | None:
+    """The rows as the table's columns, all but the ids (None: no rows). Built
+    before the insert lock is taken (`service.repository.usage`): the conversions
+    are most of a batch's own work, and need no lock."""
     rows = list(values)
     if not rows:
-        return 0
-    at, ts_at = USAGE_COLUMNS.index("request_id"), USAGE_COLUMNS.index("ts_us")
-    stored = stored_request_ids(ch, [(r[at], r[ts_at]) for r in rows])
-    rows = [r for r in rows if r[at] not in stored]
-    if not rows:
-        return 0
+        return None
     columns = list(zip(*rows, strict=True))
     data: dict[str, Any] = dict(zip(USAGE_COLUMNS, columns, strict=True))
     blobs = data.pop("block_hashes")
-    new_ids = ids.take(len(rows))
-    frame = pl.DataFrame(
+    return pl.DataFrame(
         {
-            "id": new_ids,
-            "version": (_VERSION_BASE - new_ids).astype(np.uint64),
             **{name: pl.Series(name, data[name], dtype=_DTYPES[name]) for name in data},
             "has_blocks": pl.Series([b is not None for b in blobs], dtype=pl.UInt8),
             "block_hashes": block_lists(blobs),
         }
     )
-    ch.insert("usage_records", frame)
-    return len(rows)
+
+
+def insert_batch(ch: ClickHouse, batch: pl.DataFrame, ids: IdSource) -> int:
+    """Insert the rows of `usage_batch` whose request_id is not stored, with new
+    ids; under the insert lock (module docstring). Returns how many."""
+    stored = stored_request_ids(ch, list(zip(batch["request_id"], batch["ts_us"], strict=True)))
+    if stored:
+        batch = batch.filter(~pl.col("request_id").is_in(list(stored)))
+    if batch.is_empty():
+        return 0
+    new_ids = ids.take(batch.height)
+    ids_columns = {"id": new_ids, "version": (_VERSION_BASE - new_ids).astype(np.uint64)}
+    ch.insert("usage_records", pl.DataFrame(ids_columns).hstack(batch))
+    return batch.height
 
 
 _DTYPES: dict[str, pl.DataType] = {

@@ -38,12 +38,15 @@ def insert_usage_values(session: Session, values: Iterable[tuple[Any, ...]]) -> 
     if (ch := clickhouse_of(session)) is not None:
         ids = ids_of(session)
         ids.ready()  # its claim is a transaction of its own: before this one's locks
+        batch = ch_records.usage_batch(values)  # built before the locks: it needs none
+        if batch is None:
+            return 0
         if session.get_bind().dialect.name == "postgresql":
             # Held until the ingest transaction ends, after the insert: the pass
             # waits for it before reading the highest id (service.clickhouse.records).
             session.execute(text(HOLD_INGEST_LOCK))
         take_pass_lock(session, CLICKHOUSE_INSERT_LOCK_KEY)  # SQLite: its write lock
-        return ch_records.insert_usage(ch, values, ids)
+        return ch_records.insert_batch(ch, batch, ids)
     rows = iter(values)
     first = next(rows, None)
     if first is None:
