@@ -26,7 +26,7 @@ import atexit
 import io
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -73,6 +73,14 @@ class ClickHouse(Protocol):
     def command(self, sql: str) -> None: ...
 
     def query(self, sql: str, schema: Mapping[str, pl.DataType] | None = None) -> pl.DataFrame: ...
+
+    def query_in(
+        self, sql: str, values: Sequence[str], schema: Mapping[str, pl.DataType]
+    ) -> pl.DataFrame:
+        """`query` of `sql` whose `{values}` stands for the set of strings `values`
+        (`x IN {values}`): a server gets them as external data, not as literals
+        in the statement (`HttpClient.query_in`)."""
+        ...
 
     def insert(self, table: str, frame: pl.DataFrame) -> None: ...
 
@@ -198,6 +206,12 @@ class ChdbClient:
         frame = pl.read_ipc_stream(io.BytesIO(data)) if data else pl.DataFrame()
         return _with_schema(frame, schema)
 
+    def query_in(
+        self, sql: str, values: Sequence[str], schema: Mapping[str, pl.DataType]
+    ) -> pl.DataFrame:
+        """In-process, the set goes as literals: there is no statement to send."""
+        return self.query(sql.replace("{values}", _literal_set(values)), schema)
+
     def insert(self, table: str, frame: pl.DataFrame) -> None:
         if frame.is_empty():
             return
@@ -248,10 +262,12 @@ class HttpClient:
         self._client = httpx.Client(base_url=self.base_url, auth=self.auth, timeout=self.timeout_s)
         self._post("CREATE DATABASE IF NOT EXISTS " + self.database, database="default")
 
-    def _post(self, sql: str, body: bytes | None = None, **params: Any) -> bytes:
+    def _post(self, sql: str, body: bytes | None = None, files: Any = None, **params: Any) -> bytes:
         query = {"database": self.database, **params}
         try:
-            if body is None:
+            if files is not None:
+                response = self._client.post("/", params={**query, "query": sql}, files=files)
+            elif body is None:
                 response = self._client.post("/", params=query, content=sql.encode())
             else:
                 response = self._client.post("/", params={**query, "query": sql}, content=body)
@@ -306,14 +322,30 @@ class HttpClient:
         answer is a row per record, 0.26 s against 1.8 s of JSON lines for 200,000."""
         if any(dtype.is_nested() for dtype in schema.values()):
             return None
-        data = self._post(sql + " FORMAT CSVWithNames")
-        header = data.split(b"\n", 1)[0].decode()
-        names = [n.strip('"') for n in header.split(",")] if header else []
-        if not names or any(n not in schema for n in names):
-            return None if names else pl.DataFrame(schema=dict(schema))
-        return pl.read_csv(
-            io.BytesIO(data), schema={n: schema[n] for n in names}, null_values=["\\N"]
-        )
+        return _read_csv(self._post(sql + " FORMAT CSVWithNames"), schema)
+
+    def query_in(
+        self, sql: str, values: Sequence[str], schema: Mapping[str, pl.DataType]
+    ) -> pl.DataFrame:
+        """The set as a table of external data (ClickHouse's "External Data for
+        Query Processing"), sent with the query, not parsed from it: a duplicate check of 1,000 ids
+        took 2.6 ms against 7.9 ms as literals on 18.16 (a scratch timing). The
+        primary key reads it as it reads a literal set; on a cluster the table
+        goes to every shard with the query. Answered as CSV (`_query_csv`'s rules:
+        a flat `schema` naming every column)."""
+        if any(dtype.is_nested() for dtype in schema.values()):
+            raise TypeError("query_in answers flat columns only")
+        rows = tab_separated(pl.DataFrame({"value": list(values)}, schema={"value": pl.String}))
+        table: dict[str, Any] = {
+            f"{_EXTERNAL}_structure": "value String",
+            f"{_EXTERNAL}_format": "TabSeparated",
+        }
+        sql = sql.replace("{values}", _EXTERNAL) + " FORMAT CSVWithNames"
+        data = self._post(sql, files={_EXTERNAL: ("values.tsv", rows)}, **table)
+        frame = _read_csv(data, schema)
+        if frame is None:
+            raise ClickHouseError(f"query_in: the answer has columns {schema} does not name")
+        return frame
 
     def insert(self, table: str, frame: pl.DataFrame) -> None:
         if frame.is_empty():
@@ -326,6 +358,30 @@ class HttpClient:
 
     def close(self) -> None:
         self._client.close()
+
+
+#: The name of `query_in`'s table of external data.
+_EXTERNAL = "_cw_values"
+
+
+def _read_csv(data: bytes, schema: Mapping[str, pl.DataType]) -> pl.DataFrame | None:
+    """A CSVWithNames answer parsed with `schema`'s types (None when the header
+    names a column `schema` does not: CSV says no types)."""
+    header = data.split(b"\n", 1)[0].decode()
+    names = [n.strip('"') for n in header.split(",")] if header else []
+    if not names or any(n not in schema for n in names):
+        return None if names else pl.DataFrame(schema=dict(schema))
+    return pl.read_csv(io.BytesIO(data), schema={n: schema[n] for n in names}, null_values=["\\N"])
+
+
+def quote(text: str) -> str:
+    """A ClickHouse string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _literal_set(values: Sequence[str]) -> str:
+    """`values` as a ClickHouse set of string literals."""
+    return "(" + ", ".join(quote(v) for v in values) + ")"
 
 
 def _version_of(text: str) -> tuple[int, ...]:

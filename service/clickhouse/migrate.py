@@ -30,8 +30,7 @@ from urllib.parse import urlsplit
 
 import polars as pl
 
-from service.clickhouse.client import ClickHouse, connect
-from service.clickhouse.records import quote
+from service.clickhouse.client import ClickHouse, connect, quote
 from service.settings import Settings
 
 # Package data beside this module, so an installed wheel (the Docker image, a pip

@@ -13,8 +13,7 @@ import numpy.typing as npt
 import orjson
 import polars as pl
 
-from service.clickhouse.client import ClickHouse
-from service.clickhouse.records import quote
+from service.clickhouse.client import ClickHouse, quote
 
 _BLOCK_SCHEMA: dict[str, pl.DataType] = {
     "id": pl.Int64(),

@@ -25,13 +25,17 @@ SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-@pytest.fixture
-def odd(server: ClickHouse) -> Iterator[ClickHouse]:
-    server.command(
-        "CREATE TABLE odd (n Int64, s Nullable(String), f Nullable(Float64), "
+def _odd_table(ch: ClickHouse) -> ClickHouse:
+    ch.command(
+        "CREATE TABLE IF NOT EXISTS odd (n Int64, s Nullable(String), f Nullable(Float64), "
         "a Array(Int64), u UInt8) ENGINE = Memory"
     )
-    yield server
+    return ch
+
+
+@pytest.fixture
+def odd(server: ClickHouse) -> Iterator[ClickHouse]:
+    yield _odd_table(server)
     server.command("DROP TABLE odd")
 
 
@@ -77,3 +81,26 @@ def test_any_string_goes_in_exactly(odd: ClickHouse, strings: list[str | None]) 
 def test_a_list_of_strings_is_refused() -> None:
     with pytest.raises(TypeError, match="only lists of numbers"):
         tab_separated(pl.DataFrame({"l": [["a"]]}))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    stored=st.lists(st.text(), min_size=1, max_size=10, unique=True),
+    asked=st.lists(st.text(), max_size=10),
+)
+def test_a_set_of_strings_apart_from_the_statement_finds_exactly(
+    odd: ClickHouse, chdb: ClickHouse, stored: list[str], asked: list[str]
+) -> None:
+    """`query_in` as a server gets it (external data) and in-process (literals)."""
+    n = len(stored)
+    frame = pl.DataFrame(
+        {"s": stored, "f": [0.5] * n, "a": [[1]] * n, "u": [0] * n},
+        schema_overrides={"u": pl.UInt8, "s": pl.String},
+    )
+    asked = [*asked, stored[0]]
+    expected = sorted(set(stored) & set(asked))
+    for ch in (odd, _odd_table(chdb)):
+        ch.command("TRUNCATE TABLE odd")
+        ch.insert("odd", frame.with_row_index("n").with_columns(pl.col("n").cast(pl.Int64)))
+        found = ch.query_in("SELECT s FROM odd WHERE s IN {values}", asked, {"s": pl.String()})
+        assert sorted(found["s"].to_list()) == expected

@@ -11,7 +11,7 @@ database does for a killed process."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,13 @@ class Dying:
         if self._tick():
             raise Died(sql[:60])
         return self.inner.query(sql, schema)
+
+    def query_in(
+        self, sql: str, values: Sequence[str], schema: Mapping[str, pl.DataType]
+    ) -> pl.DataFrame:
+        if self._tick():
+            raise Died(sql[:60])
+        return self.inner.query_in(sql, values, schema)
 
     def insert(self, table: str, frame: pl.DataFrame) -> None:
         if self._tick():
