@@ -89,13 +89,6 @@ def block_lists(blobs: Sequence[bytes | None]) -> pl.Series:
     return every.select(pl.col("block_hashes").fill_null(empty))["block_hashes"]
 
 
-def insert_usage(ch: ClickHouse, values: Iterable[tuple[Any, ...]], ids: IdSource) -> int:
-    """Rows in `usage_row_values` form with distinct request_ids: the ones not
-    stored yet are inserted (durable when this returns). Returns how many."""
-    batch = usage_batch(values)
-    return 0 if batch is None else insert_batch(ch, batch, ids)
-
-
 def usage_batch(values: Iterable[tuple[Any, ...]]) -> pl.DataFrame | None:
     """The rows as the table's columns, all but the ids (None: no rows). Built
     before the insert lock is taken (`service.repository.usage`): the conversions
