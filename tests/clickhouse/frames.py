@@ -33,9 +33,9 @@ def insert_frame(ch: ClickHouse, frame: pl.DataFrame, batch: int = 20_000) -> No
     for start in range(0, len(rows), batch):
         chunk = rows[start : start + batch]
         values = [_values(r) for r in chunk]
-        batch = ch_records.usage_batch(values)
-        assert batch is not None
-        ch_records.insert_batch(ch, batch, GivenIds([int(r["id"]) for r in chunk]))  # type: ignore[arg-type]
+        columns = ch_records.usage_batch(values)
+        assert columns is not None
+        ch_records.insert_batch(ch, columns, GivenIds([int(r["id"]) for r in chunk]))  # type: ignore[arg-type]
     if rows:
         derive(ch, min(r["id"] for r in rows) - 1, max(r["id"] for r in rows))
 
