@@ -24,7 +24,7 @@ faster). Then, with --http N, HTTP ingest: N records posted to one `cachewatch
 serve` (bench/ingest.py) on PostgreSQL alone and with ClickHouse.
 
     .venv/bin/python bench/clickhouse.py [--sizes 1000000,10000000] [--batch 10000]
-        [--pass-every 1000000] [--shards 4] [--http 200000] [--chdb]
+        [--pass-every 1000000] [--shards 4] [--http 200000] [--http-threads 2,8] [--chdb]
         [--clickhouse http://127.0.0.1:8123/]
         [--postgres postgresql+psycopg://postgres@127.0.0.1:5432/test]
 """
@@ -208,24 +208,28 @@ def _ratios(results: dict[str, dict[str, Any]]) -> None:
 
 def _http_ingest(args: argparse.Namespace, ch_server: str) -> None:
     """Records/s posted to one `cachewatch serve` (bench/ingest.py's measure), on
-    PostgreSQL alone and with ClickHouse holding the records."""
+    PostgreSQL alone and with ClickHouse holding the records, by each number of
+    client threads in --http-threads (concurrent shippers: what ClickHouse's group
+    commit of inserts works with)."""
     import ingest as http
 
     batches = http.make_batches(args.http, 1000, 16)
-    rates = {}
-    for backend in ("postgresql", "clickhouse"):
-        with http.postgres_database(args.postgres, f"http_{backend}") as url:
-            extra = {}
-            if backend == "clickhouse":
-                extra["CACHEWATCH_CLICKHOUSE_URL"] = f"{ch_server}http_{uuid.uuid4().hex[:10]}"
-            log = Path(tempfile.gettempdir()) / f"cw-bench-http-{backend}.log"
-            with http.running_server(url, log, extra) as server:
-                wall, cpu = http.post_all(server, batches, threads=2)
-        rates[backend] = args.http / wall
-        print(f"HTTP ingest {backend:>11}: {rates[backend]:>9,.0f} rec/s "
-              f"({wall:.1f} s, server CPU {cpu:.1f} s)", flush=True)  # fmt: skip
-    print(f"HTTP ingest ratio: {rates['clickhouse'] / rates['postgresql']:.2f}x "
-          "(ClickHouse over PostgreSQL, same run)")  # fmt: skip
+    for threads in (int(t) for t in args.http_threads.split(",")):
+        rates = {}
+        for backend in ("postgresql", "clickhouse"):
+            with http.postgres_database(args.postgres, f"http_{backend}") as url:
+                extra = {}
+                if backend == "clickhouse":
+                    extra["CACHEWATCH_CLICKHOUSE_URL"] = f"{ch_server}http_{uuid.uuid4().hex[:10]}"
+                log = Path(tempfile.gettempdir()) / f"cw-bench-http-{backend}.log"
+                with http.running_server(url, log, extra) as server:
+                    wall, cpu = http.post_all(server, batches, threads=threads)
+            rates[backend] = args.http / wall
+            print(f"HTTP ingest {backend:>11}, {threads} threads: {rates[backend]:>9,.0f} rec/s "
+                  f"({wall:.1f} s, server CPU {cpu:.1f} s)", flush=True)  # fmt: skip
+        print(f"HTTP ingest ratio, {threads} threads: "
+              f"{rates['clickhouse'] / rates['postgresql']:.2f}x "
+              "(ClickHouse over PostgreSQL, same run)", flush=True)  # fmt: skip
 
 
 @contextmanager
@@ -254,6 +258,7 @@ def main() -> None:
     parser.add_argument("--clickhouse", default=None, help="a server's base URL")
     parser.add_argument("--chdb", action="store_true", help="also the engine in-process")
     parser.add_argument("--http", type=int, default=200_000, help="0: no HTTP ingest")
+    parser.add_argument("--http-threads", default="2,8", help="client threads, each a run")
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--pass-every", type=int, default=1_000_000)
     parser.add_argument("--worker", nargs=2, metavar=("BACKEND", "N"), help=argparse.SUPPRESS)

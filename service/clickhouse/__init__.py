@@ -19,6 +19,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from service.clickhouse.client import ClickHouse, HttpClient, connect
+from service.clickhouse.group_commit import GroupCommit
 from service.clickhouse.ids import IdSource, SaltLease
 from service.settings import Settings
 
@@ -26,6 +27,7 @@ INFO_KEY = "clickhouse"
 
 _clients: dict[str, ClickHouse] = {}
 _ids: dict[str, IdSource] = {}
+_groups: dict[int, GroupCommit] = {}
 _lock = threading.Lock()
 
 
@@ -52,6 +54,14 @@ def clickhouse_for(settings: Settings) -> ClickHouse | None:
             migrate.upgrade_deployment(client, settings)
             _clients[url] = client
         return client
+
+
+def group_commit_of(ch: ClickHouse) -> GroupCommit:
+    """The process's group commit of inserts into `ch` (service.clickhouse.group_commit).
+    Keyed by the client's identity: a client in use is alive, so its key is not
+    reused; an idle group holds nothing."""
+    with _lock:
+        return _groups.setdefault(id(ch), GroupCommit())
 
 
 def release_id_sources() -> None:

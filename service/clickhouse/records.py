@@ -11,11 +11,13 @@ inserts in flight, reads up to `id_floor(now - lag)` (`visible_high_id`) and no
 later insert can fall below it, on any API host whose clock is within the lag.
 
 Duplicates. A record whose request_id is stored is a duplicate (contract
-section 1): the insert looks the batch's request_ids up first and stores only the
-new ones, under a lock its caller holds until the insert is written
+section 1): the insert looks its request_ids up first and stores only the new
+ones, under a lock its caller holds until the insert is written
 (`service.repository.usage`: an advisory lock on PostgreSQL, the write lock on
-SQLite), so two batches with one request_id are told apart exactly: the second
-finds the first's copy stored and counts it as a duplicate.
+SQLite), so two inserts with one request_id are told apart exactly: the second
+finds the first's copy stored and counts it as a duplicate. Within one process
+the batches of concurrent requests share an insert (`group_commit`), in which the
+earlier batch's copy is the one stored.
 """
 
 from __future__ import annotations
@@ -108,18 +110,32 @@ def usage_batch(values: Iterable[tuple[Any, ...]]) -> pl.DataFrame | None:
     )
 
 
-def insert_batch(ch: ClickHouse, batch: pl.DataFrame, ids: IdSource) -> int:
-    """Insert the rows of `usage_batch` whose request_id is not stored, with new
-    ids; under the insert lock (module docstring). Returns how many."""
-    stored = stored_request_ids(ch, list(zip(batch["request_id"], batch["ts_us"], strict=True)))
+def insert_batches(ch: ClickHouse, batches: Sequence[pl.DataFrame], ids: IdSource) -> list[int]:
+    """Insert, as one insert, the rows of `usage_batch` frames whose request_id is
+    neither stored nor in an earlier batch of `batches`, with new ids in their
+    order; under the insert lock (module docstring). Returns how many of each
+    batch went in (`group_commit`: the batches of concurrent requests)."""
+    frame = pl.concat(
+        [b.with_columns(pl.lit(i, pl.UInt32).alias(_BATCH)) for i, b in enumerate(batches)],
+        how="vertical",
+        rechunk=False,
+    )
+    stored = stored_request_ids(ch, list(zip(frame["request_id"], frame["ts_us"], strict=True)))
+    keep = frame["request_id"].is_first_distinct()
     if stored:
-        batch = batch.filter(~pl.col("request_id").is_in(list(stored)))
-    if batch.is_empty():
-        return 0
-    new_ids = ids.take(batch.height)
-    ids_columns = {"id": new_ids, "version": (_VERSION_BASE - new_ids).astype(np.uint64)}
-    ch.insert("usage_records", pl.DataFrame(ids_columns).hstack(batch))
-    return batch.height
+        keep &= ~frame["request_id"].is_in(list(stored))
+    frame = frame.filter(keep)
+    counts = frame[_BATCH].value_counts()
+    accepted = dict(zip(counts[_BATCH], counts["count"], strict=True))
+    if frame.height:
+        new_ids = ids.take(frame.height)
+        ids_columns = {"id": new_ids, "version": (_VERSION_BASE - new_ids).astype(np.uint64)}
+        ch.insert("usage_records", pl.DataFrame(ids_columns).hstack(frame.drop(_BATCH)))
+    return [accepted.get(i, 0) for i in range(len(batches))]
+
+
+#: `insert_batches`' column naming each row's batch (never stored).
+_BATCH = "_cw_batch"
 
 
 _DTYPES: dict[str, pl.DataType] = {

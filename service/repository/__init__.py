@@ -45,6 +45,7 @@ from service.repository.usage import (
     add_rejected,
     insert_usage_values,
     list_rejected,
+    usage_arriving,
     usage_row_values,
 )
 
@@ -84,6 +85,7 @@ __all__ = [
     "set_cursor",
     "take_analytics_lock",
     "take_rollups",
+    "usage_arriving",
     "usage_row_values",
     "wait_for_ingest",
 ]

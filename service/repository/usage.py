@@ -3,16 +3,20 @@ nothing here commits."""
 
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from itertools import chain
 from typing import Any, cast
 
+import polars as pl
 import psycopg
 from sqlalchemy import Table, func, select, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from service.clickhouse import clickhouse_of, ids_of
+from service.clickhouse import clickhouse_of, group_commit_of, ids_of
 from service.clickhouse import records as ch_records
+from service.clickhouse.client import ClickHouse
+from service.clickhouse.group_commit import GroupCommit
 from service.models import RejectedRecord
 from service.repository.locks import (
     CLICKHOUSE_INSERT_LOCK_KEY,
@@ -36,17 +40,7 @@ def insert_usage_values(session: Session, values: Iterable[tuple[Any, ...]]) -> 
     (also by a concurrent writer). Returns how many were inserted. `values` may be
     lazy: an exception it raises leaves none of its rows stored, and propagates."""
     if (ch := clickhouse_of(session)) is not None:
-        ids = ids_of(session)
-        ids.ready()  # its claim is a transaction of its own: before this one's locks
-        batch = ch_records.usage_batch(values)  # built before the locks: it needs none
-        if batch is None:
-            return 0
-        if session.get_bind().dialect.name == "postgresql":
-            # Held until the ingest transaction ends, after the insert: the pass
-            # waits for it before reading the highest id (service.clickhouse.records).
-            session.execute(text(HOLD_INGEST_LOCK))
-        take_pass_lock(session, CLICKHOUSE_INSERT_LOCK_KEY)  # SQLite: its write lock
-        return ch_records.insert_batch(ch, batch, ids)
+        return _insert_clickhouse(session, ch, values)
     rows = iter(values)
     first = next(rows, None)
     if first is None:
@@ -54,6 +48,56 @@ def insert_usage_values(session: Session, values: Iterable[tuple[Any, ...]]) -> 
     if session.get_bind().dialect.name == "postgresql":
         return _insert_postgresql(session, chain((first,), rows))
     return _insert_sqlite(session, [first, *rows])
+
+
+@contextmanager
+def usage_arriving(session: Session) -> Iterator[None]:
+    """Around an ingest request's work before its insert: where inserts are grouped
+    (`_group_of`), a concurrent request's insert waits for it briefly, to take its
+    rows too (service.clickhouse.group_commit)."""
+    group = _group_of(session)
+    if group is None:
+        yield
+        return
+    with group.arriving():
+        yield
+
+
+def _group_of(session: Session) -> GroupCommit | None:
+    """The group commit of a ClickHouse deployment whose relational database is
+    PostgreSQL. On SQLite the insert lock is the write lock, which a request may
+    hold already (its rejected records), so requests insert one at a time there:
+    none may wait for a leader while holding it."""
+    ch = clickhouse_of(session)
+    if ch is None or session.get_bind().dialect.name != "postgresql":
+        return None
+    return group_commit_of(ch)
+
+
+def _insert_clickhouse(session: Session, ch: ClickHouse, values: Iterable[tuple[Any, ...]]) -> int:
+    """Under the insert lock that orders inserts (service.clickhouse.records,
+    "Duplicates"). On PostgreSQL, through the process's group commit: the batches
+    of concurrent requests go in as one insert, the lock taken by the leading
+    request's session, and each request holds the ingest lock shared until its
+    transaction ends, after its insert (the pass waits for it before reading the
+    highest id)."""
+    ids = ids_of(session)
+    ids.ready()  # its claim is a transaction of its own: before this one's locks
+    group = _group_of(session)
+    with group.arriving() if group is not None else nullcontext():
+        batch = ch_records.usage_batch(values)  # built before the locks: it needs none
+    if batch is None:
+        return 0
+    if group is None:
+        take_pass_lock(session, CLICKHOUSE_INSERT_LOCK_KEY)  # SQLite: its write lock
+        return ch_records.insert_batches(ch, [batch], ids)[0]
+    session.execute(text(HOLD_INGEST_LOCK))
+
+    def lead(batches: Sequence[pl.DataFrame]) -> list[int]:
+        take_pass_lock(session, CLICKHOUSE_INSERT_LOCK_KEY)
+        return ch_records.insert_batches(ch, batches, ids)
+
+    return group.submit(batch, lead)
 
 
 def _insert_sqlite(session: Session, values: Sequence[tuple[Any, ...]]) -> int:

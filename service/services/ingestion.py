@@ -53,7 +53,23 @@ def ingest_usage(
     decoding is charged to `reservation`, the request's share of the memory budget
     (`service.ingest.inflight`; outside a request, nothing). What is kept of the
     rejected records is bounded by `rejected_limits` (`RejectedKeeper`); the
-    outcome counts every one."""
+    outcome counts every one. On ClickHouse the whole of it is announced to the
+    group commit (`repository.usage_arriving`)."""
+    with repository.usage_arriving(session):
+        return _ingest(session, body, content_encoding, max_decompressed_bytes, received_us,
+                       endpoint, reservation, rejected_limits)  # fmt: skip
+
+
+def _ingest(
+    session: Session,
+    body: bytes,
+    content_encoding: str | None,
+    max_decompressed_bytes: int,
+    received_us: int,
+    endpoint: str,
+    reservation: inflight.Reservation,
+    rejected_limits: RejectedLimits,
+) -> IngestOutcome:
     try:
         data = decompress(
             body, content_encoding, max_decompressed_bytes, admit=reservation.charge_inflated

@@ -32,15 +32,15 @@ def insert_frame(ch: ClickHouse, frame: pl.DataFrame, batch: int = 20_000) -> No
     rows = frame.to_dicts()
     for start in range(0, len(rows), batch):
         chunk = rows[start : start + batch]
-        values = [_values(r) for r in chunk]
+        values = [frame_values(r) for r in chunk]
         columns = ch_records.usage_batch(values)
         assert columns is not None
-        ch_records.insert_batch(ch, columns, GivenIds([int(r["id"]) for r in chunk]))  # type: ignore[arg-type]
+        ch_records.insert_batches(ch, [columns], GivenIds([int(r["id"]) for r in chunk]))  # type: ignore[arg-type]
     if rows:
         derive(ch, min(r["id"] for r in rows) - 1, max(r["id"] for r in rows))
 
 
-def _values(row: dict[str, Any]) -> tuple[Any, ...]:
+def frame_values(row: dict[str, Any]) -> tuple[Any, ...]:
     full = {c: row.get(c) for c in USAGE_COLUMNS}
     full["request_id"] = f"r{row['id']}"
     full["received_us"] = 0

@@ -10,13 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import orjson
+import polars as pl
 import pytest
 from fastapi.testclient import TestClient
 
 from service.clickhouse import records as ch_records
 from service.clickhouse.client import ClickHouse
 from service.timeunits import HOUR_US
-from tests.clickhouse.frames import insert_frame
+from tests.clickhouse.frames import GivenIds, frame_values, insert_frame
 from tests.clickhouse.test_api import deployment, headers, record
 
 __all__ = ["deployment"]  # a fixture, used by name
@@ -71,8 +72,6 @@ def test_the_duplicate_check_reads_the_batch_hours(
     """100 hours of 2,000 records; a check of 1,000 ids of one hour reads that
     hour's granules, two at most (`max_rows_to_read` fails the query otherwise)."""
     ch: ClickHouse = request.getfixturevalue(backend if backend == "server" else "chdb")
-    import polars as pl
-
     n, hours = 200_000, 100
     t0 = 1_767_225_600_000_000
     ts = [t0 + (i * hours * HOUR_US) // n for i in range(n)]
@@ -87,3 +86,33 @@ def test_the_duplicate_check_reads_the_batch_hours(
     ids = [r for r, _ in keys]
     found = ch.query_in(sql, ids, {"request_id": pl.String()})["request_id"].to_list()
     assert sorted(found) == sorted(r for r, _ in keys[:50])
+
+
+@pytest.mark.parametrize("backend", ["chdb", "server"])
+def test_a_group_stores_the_first_copy_of_each_request(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    """The batches of one group commit (`insert_batches`): a request_id stored
+    before, or in an earlier batch of the group, is a duplicate; the rows go in
+    in order, with the ids in that order, as one insert."""
+    ch: ClickHouse = request.getfixturevalue(backend if backend == "server" else "chdb")
+    t0 = 1_767_225_600_000_000
+
+    def batch(model: str, names: list[str]) -> pl.DataFrame:
+        rows = [{"id": 0, "ts_us": t0, "model": model, "prompt_tokens": 10}] * len(names)
+        values = [(name, *v[1:]) for name, v in zip(names, map(frame_values, rows), strict=True)]
+        frame = ch_records.usage_batch(values)
+        assert frame is not None
+        return frame
+
+    assert ch_records.insert_batches(ch, [batch("m0", ["a", "b"])], GivenIds([1, 2])) == [2]  # type: ignore[arg-type]
+    group = [batch("m1", ["b", "c", "d"]), batch("m2", ["d", "e"]), batch("m3", ["a", "c"])]
+    assert ch_records.insert_batches(ch, group, GivenIds([3, 4, 5])) == [2, 1, 0]  # type: ignore[arg-type]
+    stored = ch.query("SELECT id, request_id, model FROM usage_records FINAL ORDER BY id")
+    assert stored.rows() == [
+        (1, "a", "m0"),
+        (2, "b", "m0"),
+        (3, "c", "m1"),
+        (4, "d", "m1"),
+        (5, "e", "m2"),
+    ]
