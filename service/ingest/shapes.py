@@ -15,7 +15,11 @@ object is read). The shape is recognised by its keys, checked in this order
 - Bedrock Converse: `inputTokens`, likewise the uncached part;
 - an Anthropic object without cache fields: `input_tokens` alone, nothing cached;
 - Gemini, under its own keys: `promptTokenCount` (`prompt_token_count`), which
-  includes the cached tokens.
+  includes the cached tokens; the cached ones in `cachedContentTokenCount`, or
+  in the newer `totalCachedTokens` (`total_cached_tokens`) when that is absent;
+- Gemini's Interactions API, under `usage`: `total_input_tokens`
+  (`totalInputTokens`), the prompt with its cached part, which
+  `total_cached_tokens` counts.
 
 A detail that is null or absent counts 0 (providers send null for "none"). A
 value copied as it is (a `prompt_tokens`, say) is left for validation to judge;
@@ -59,8 +63,15 @@ DERIVED_COUNTS = frozenset(DERIVED_FIELDS[:4])
 ONE_HOUR_S = 3600
 # Where a `usage` has its output tokens, first present wins (Gemini: `_GEMINI_*`).
 _COMPLETION = ("completion_tokens", "output_tokens", "outputTokens")
+# Gemini's (prompt, cached, completion) fields, and the newer name of the cached
+# count read where the older is absent: generateContent's `usageMetadata`, then the
+# Interactions API's `usage`; each as the REST API (camelCase) and the Python SDK
+# (field names) write it.
 _GEMINI_CAMEL = ("promptTokenCount", "cachedContentTokenCount", "candidatesTokenCount")
 _GEMINI_SNAKE = ("prompt_token_count", "cached_content_token_count", "candidates_token_count")
+_GEMINI_TOTAL_CACHED = ("totalCachedTokens", "total_cached_tokens")
+_INTERACTIONS_CAMEL = ("totalInputTokens", "totalCachedTokens", "totalOutputTokens")
+_INTERACTIONS_SNAKE = ("total_input_tokens", "total_cached_tokens", "total_output_tokens")
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,8 @@ def usage_fields(usage: dict[str, Any], key: str, replica: Any) -> dict[str, Any
         fields = _openai(usage, "prompt_tokens", "prompt_tokens_details", replica)
     elif "input_tokens_details" in usage:
         fields = _openai(usage, "input_tokens", "input_tokens_details", replica)
+    elif _INTERACTIONS_SNAKE[0] in usage or _INTERACTIONS_CAMEL[0] in usage:
+        return _gemini_interactions(usage)
     elif "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:
         fields = _anthropic(usage)
     elif "inputTokens" in usage:
@@ -162,9 +175,23 @@ def _gemini(usage: dict[str, Any]) -> dict[str, Any]:
     """Gemini's `usageMetadata`: the REST API's camelCase, or the Python SDK's
     field names as `model_dump()` writes them (under either key)."""
     names = _GEMINI_CAMEL if _GEMINI_CAMEL[0] in usage else _GEMINI_SNAKE
-    prompt, cached, completion = names
-    if prompt not in usage:
+    if names[0] not in usage:
         return {}
+    fields = _google(usage, names)
+    if usage.get(names[1]) is None:
+        newer = next((usage[n] for n in _GEMINI_TOTAL_CACHED if usage.get(n) is not None), None)
+        fields["cached_tokens"] = _or_zero(newer)
+    return fields
+
+
+def _gemini_interactions(usage: dict[str, Any]) -> dict[str, Any]:
+    """The usage of Gemini's Interactions API, in either spelling."""
+    camel = _INTERACTIONS_CAMEL[0] in usage and _INTERACTIONS_SNAKE[0] not in usage
+    return _google(usage, _INTERACTIONS_CAMEL if camel else _INTERACTIONS_SNAKE)
+
+
+def _google(usage: dict[str, Any], names: tuple[str, str, str]) -> dict[str, Any]:
+    prompt, cached, completion = names
     fields = {
         "prompt_tokens": usage[prompt],
         "cached_tokens": _or_zero(usage.get(cached)),

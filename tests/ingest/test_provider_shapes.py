@@ -255,6 +255,45 @@ def test_gemini_is_read_from_its_own_keys_only() -> None:
     assert stored({**BASE, "usage": [1], "usageMetadata": camel})[:2] == (3000, 2048)
 
 
+@pytest.mark.parametrize("key", ["usageMetadata", "usage_metadata"])
+@pytest.mark.parametrize(
+    ("newer", "older"),
+    [("totalCachedTokens", "cachedContentTokenCount"),
+     ("total_cached_tokens", "cached_content_token_count")],
+)  # fmt: skip
+def test_gemini_total_cached_tokens(key: str, newer: str, older: str) -> None:
+    """The newer name of the cached count (ai.google.dev's caching page, 2026-10-13;
+    not yet in google-genai 3.6.1's GenerateContentResponseUsageMetadata, so the
+    documented JSON), read where the older one is absent or null."""
+    by_alias = newer == "totalCachedTokens"
+    dumped = gemini_usage(None).model_dump(by_alias=by_alias, exclude_none=True)
+    assert stored({**BASE, key: {**dumped, newer: 2048}}) == (3000, 2048, 0, 50, None, "google")
+    assert stored({**BASE, key: {**dumped, older: None, newer: 1024}})[:2] == (3000, 1024)
+    # Both: the older one, the count generateContent has always sent.
+    assert stored({**BASE, key: {**dumped, older: 2048, newer: 1024}})[:2] == (3000, 2048)
+
+
+def interactions_usage(cached: int | None) -> dict[str, Any]:
+    """The usage of an Interactions API response as google-genai's own type dumps
+    it (its interactions Usage model, field names in either mode)."""
+    from google.genai._gaos.types.interactions.usage import Usage
+
+    usage = Usage(total_input_tokens=3000, total_cached_tokens=cached, total_output_tokens=50,
+                  total_thought_tokens=10, total_tokens=3060)  # fmt: skip
+    return usage.model_dump(exclude_none=True)
+
+
+@pytest.mark.parametrize(("cached", "expected_cached"), [(2048, 2048), (None, 0)])
+def test_gemini_interactions(cached: int | None, expected_cached: int) -> None:
+    """`total_input_tokens` is the prompt with its cached part ("Number of tokens in
+    the prompt (context)"; `total_cached_tokens`: "in the cached part of the
+    prompt", google-genai's Interactions Usage)."""
+    usage = interactions_usage(cached)
+    assert stored({**BASE, "usage": usage}) == (3000, expected_cached, 0, 50, None, "google")
+    camel = {"totalInputTokens": 3000, "totalCachedTokens": cached, "totalOutputTokens": 50}
+    assert stored({**BASE, "usage": camel}) == (3000, expected_cached, 0, 50, None, "google")
+
+
 # --- Amazon Bedrock Converse ----------------------------------------------------
 
 _BEDROCK = botocore.session.get_session().get_service_model("bedrock-runtime")
