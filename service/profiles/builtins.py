@@ -23,6 +23,7 @@ from itertools import pairwise
 DOCS = "docs/providers.md"
 
 FIVE_MINUTES_S = 300.0
+THIRTY_MINUTES_S = 1800.0
 
 
 def family(name: str) -> re.Pattern[str]:
@@ -46,13 +47,35 @@ class FamilyMinimum:
 
 
 @dataclass(frozen=True)
+class Generation:
+    """Figures that hold for a provider's models from one version on: OpenAI's
+    GPT-5.6 family and later cache for 30 minutes (`prompt_cache_options.ttl`'s
+    default) and bill writes at 1.25x the input price. `version` reads a model
+    name's (major, minor) version, None when the name has none."""
+
+    name: str
+    since: tuple[int, int]
+    version: re.Pattern[str]
+    ttl_s: float | None
+    write_multiplier: float
+
+    def holds_for(self, model: str) -> bool:
+        found = self.version.search(model.lower())
+        if found is None:
+            return False
+        return (int(found["major"]), int(found["minor"] or 0)) >= self.since
+
+
+@dataclass(frozen=True)
 class BuiltIn:
-    """One provider's figures: a TTL and a minimum, and minimums per model family."""
+    """One provider's figures: a TTL and a minimum, minimums per model family, and
+    the figures of later generations."""
 
     provider: str
     ttl_s: float | None
     min_prompt_tokens: int
     by_family: tuple[FamilyMinimum, ...] = ()
+    generations: tuple[Generation, ...] = ()
 
     @property
     def source(self) -> str:
@@ -64,6 +87,20 @@ class BuiltIn:
             if entry.pattern.search(name):
                 return entry.min_prompt_tokens
         return self.min_prompt_tokens
+
+    def generation_of(self, model: str) -> Generation | None:
+        """The latest generation whose figures hold for `model`, or None."""
+        return next((g for g in reversed(self.generations) if g.holds_for(model)), None)
+
+    def ttl_for(self, model: str) -> float | None:
+        generation = self.generation_of(model)
+        return self.ttl_s if generation is None else generation.ttl_s
+
+    def write_multiplier_for(self, model: str) -> float | None:
+        """The write price as a multiple of the input price, where the provider
+        documents one for `model` (None: the price source's, else the input price)."""
+        generation = self.generation_of(model)
+        return None if generation is None else generation.write_multiplier
 
 
 def _minimums(table: dict[int, tuple[str, ...]]) -> tuple[FamilyMinimum, ...]:
@@ -90,6 +127,12 @@ _GOOGLE_MINIMUMS = (
     FamilyMinimum("gemini-4", re.compile(r"gemini-4"), 4096),
 )
 
+# OpenAI's model names: `gpt-5.6`, `gpt-5.6-mini`, `openai/gpt-5.6-2026-07-01`,
+# `gpt-6` (version 6.0), `gpt-4o` (4.0).
+_GPT_VERSION = re.compile(r"gpt-(?P<major>\d+)(?:\.(?P<minor>\d+))?(?!\d)")
+
+_OPENAI_GENERATIONS = (Generation("gpt-5.6", (5, 6), _GPT_VERSION, THIRTY_MINUTES_S, 1.25),)
+
 _NOVA_MINIMUMS = (FamilyMinimum("amazon.nova", re.compile(r"amazon\.nova-"), 1000),)
 
 BUILT_INS: dict[str, BuiltIn] = {
@@ -97,7 +140,8 @@ BUILT_INS: dict[str, BuiltIn] = {
     for b in (
         # In-memory retention: cleared after 5 to 10 minutes of inactivity; the
         # lower bound (docs/providers.md says why). "24h" retention: cache_ttl_s.
-        BuiltIn("openai", FIVE_MINUTES_S, 1024),
+        # GPT-5.6 and later: 30 minutes, writes at 1.25x the input price.
+        BuiltIn("openai", FIVE_MINUTES_S, 1024, generations=_OPENAI_GENERATIONS),
         BuiltIn("azure", FIVE_MINUTES_S, 1024),
         # 5 minutes, refreshed by each hit; "ttl": "1h" arrives as cache_ttl_s.
         BuiltIn("anthropic", FIVE_MINUTES_S, 1024, _CLAUDE_MINIMUMS),

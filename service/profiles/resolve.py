@@ -22,6 +22,7 @@ import fnmatch
 import os
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -145,13 +146,32 @@ class Profiles:
             return None
         figures = built_in(provider)
         quote = prices.quote(model, provider)
-        if figures is not None:
-            base = _unpriced(provider, figures.ttl_s, figures.min_tokens_for(model), figures.source)
-        elif quote is not None:
+        if figures is None:
+            if quote is None:
+                return None
             base = _unpriced(provider, None, 0, f"no built-in caching figures for {provider}")
-        else:
-            return None
-        return _with_prices(base, (None, None, None), quote)
+            return _with_prices(base, (None, None, None), quote)
+        ttl_s, minimum = figures.ttl_for(model), figures.min_tokens_for(model)
+        base = _unpriced(provider, ttl_s, minimum, figures.source)
+        profile = _with_prices(base, (None, None, None), quote)
+        return _with_documented_write(profile, figures.write_multiplier_for(model), quote)
+
+
+def _with_documented_write(
+    profile: Profile, multiplier: float | None, quote: prices.Quote | None
+) -> Profile:
+    """A priced profile whose provider documents its write price as a multiple of
+    the input price (OpenAI's GPT-5.6 and later: 1.25x), where the price source
+    has no write price for the model: that multiple, not the input price."""
+    if multiplier is None or profile.input_usd_per_mtok is None:
+        return profile
+    if quote is not None and quote.write_usd_per_mtok is not None:
+        return profile
+    return replace(
+        profile,
+        write_usd_per_mtok=profile.input_usd_per_mtok * multiplier,
+        source=f"{profile.source}; write price {multiplier}x input",
+    )
 
 
 def _unpriced(provider: str | None, ttl_s: float | None, minimum: int, source: str) -> Profile:

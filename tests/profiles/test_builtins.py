@@ -77,3 +77,40 @@ def test_the_docs_list_every_built_in_figure() -> None:
         for entry in figures.by_family:
             assert f"`{entry.name}`" in docs, entry.name
             assert f"{entry.min_prompt_tokens:,}" in docs
+
+
+@pytest.mark.parametrize(
+    ("model", "ttl_s", "multiplier"),
+    [
+        ("gpt-5.6", 1800.0, 1.25),
+        ("gpt-5.6-mini", 1800.0, 1.25),
+        ("openai/gpt-5.6-2026-07-01", 1800.0, 1.25),
+        ("gpt-5.7-codex", 1800.0, 1.25),
+        ("gpt-5.10", 1800.0, 1.25),
+        ("gpt-6", 1800.0, 1.25),
+        ("GPT-5.6", 1800.0, 1.25),
+        ("gpt-5.5", 300.0, None),
+        ("gpt-5", 300.0, None),
+        ("gpt-5-mini-2025-08-07", 300.0, None),
+        ("gpt-4o", 300.0, None),
+        ("gpt-4.1", 300.0, None),
+        ("o3", 300.0, None),
+    ],
+)
+def test_openai_gpt_5_6_and_later_cache_30_minutes_and_bill_writes(
+    model: str, ttl_s: float, multiplier: float | None
+) -> None:
+    """OpenAI's guide: "For GPT-5.6 models and later model families, cache writes
+    cost 1.25x the uncached input token rate"; `prompt_cache_options.ttl` defaults
+    to 30m on them (docs/providers.md). Earlier models: in-memory retention, no fee."""
+    openai = built_in("openai")
+    assert openai is not None
+    assert (openai.ttl_for(model), openai.write_multiplier_for(model)) == (ttl_s, multiplier)
+
+
+def test_the_docs_list_every_generation() -> None:
+    docs = (PROJECT_ROOT / "docs" / "providers.md").read_text(encoding="utf-8")
+    for figures in BUILT_INS.values():
+        for generation in figures.generations:
+            assert f"`{generation.name}`" in docs
+            assert f"{generation.write_multiplier}x" in docs

@@ -278,3 +278,49 @@ def test_the_app_does_not_start_on_a_models_file_with_numbers_out_of_bounds(
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'x.db'}", models_file=path)
     with pytest.raises(ModelsFileError, match=r"models\.toml, line 3: `min_prompt_tokens`"):
         create_app(settings)
+
+
+def test_gpt_5_6_writes_are_priced_apart_and_earlier_ones_are_not() -> None:
+    """Issue 34: a gpt-5.6 record with writes and a gpt-5.5 one whose writes are
+    reported 0, through the profiles and the cost formulas, against a hand
+    computation (genai-prices: gpt-5.6 $4 input, $0.40 cached, $5 write; gpt-5.5
+    $5 input, $0.50 cached, no write price)."""
+    frame = pl.DataFrame(
+        {
+            "model": ["gpt-5.6", "gpt-5.5"],
+            "provider": ["openai", "openai"],
+            "prompt_tokens": [10_000, 10_000],
+            "cached_tokens": [6_000, 6_000],
+            "cache_write_tokens": [3_000, 0],
+            "rewarm_tokens": [2_000, 2_000],
+        }
+    )
+    out = with_request_costs(load_profiles(None).annotate(frame))
+    assert out["ttl_s"].to_list() == [1800.0, 300.0]
+    [(spend_56, wasted_56), (spend_55, wasted_55)] = out.select("spend_usd", "wasted_usd").rows()
+    # gpt-5.6: 1,000 uncached at $4, 6,000 cached at $0.40, 3,000 written at $5.
+    assert spend_56 == pytest.approx((1_000 * 4.0 + 6_000 * 0.4 + 3_000 * 5.0) / 1e6)
+    assert spend_56 == pytest.approx(0.0214)
+    # A miss there costs (1,000 * 4 + 3,000 * 5) / 4,000 = $4.75 a million.
+    assert wasted_56 == pytest.approx(2_000 * (4.75 - 0.4) / 1e6)
+    # gpt-5.5: 4,000 uncached at $5, 6,000 cached at $0.50; no write fee.
+    assert spend_55 == pytest.approx((4_000 * 5.0 + 6_000 * 0.5) / 1e6)
+    assert wasted_55 == pytest.approx(2_000 * (5.0 - 0.5) / 1e6)
+
+
+def test_a_later_openai_model_without_a_listed_write_price_pays_the_documented_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the price source lists a GPT-5.6-or-later model's input price but no
+    write price, the write price is 1.25x the input price, not the input price."""
+    from service.profiles import prices
+
+    listed = prices.Quote(2.0, 0.2, None, None)
+    monkeypatch.setattr(prices, "quote", lambda model, provider: listed)
+    later = load_profiles(None).resolve("gpt-5.9-nano", "openai")
+    assert later is not None
+    assert (later.ttl_s, later.input_usd_per_mtok, later.write_usd_per_mtok) == (1800.0, 2.0, 2.5)
+    assert later.source.endswith("write price 1.25x input")
+    earlier = load_profiles(None).resolve("gpt-5.4-nano", "openai")
+    assert earlier is not None
+    assert (earlier.ttl_s, earlier.write_usd_per_mtok) == (300.0, 2.0)
