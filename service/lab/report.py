@@ -6,7 +6,6 @@ from __future__ import annotations
 import gzip
 import json
 import platform
-import re
 import subprocess
 from collections import defaultdict
 from importlib import metadata
@@ -16,21 +15,20 @@ from typing import Any
 import httpx
 
 from service.lab.client import Recorder
+from service.lab.counters import NONE, engine_tokens
 from service.lab.engines import LabPaths
 from service.lab.phases import FANOUT
 from service.lab.verdict import Check, Window, check_agreement, check_regressions
 
-_COUNTER = re.compile(r"^llamacpp:(prompt_tokens_total|prompt_tokens_cached_total)\s+(\S+)$", re.M)
-
 
 def engine_counters(urls: list[str]) -> dict[str, float]:
-    """llama-server's own token counters (`/metrics`), summed over the replicas."""
-    totals: dict[str, float] = defaultdict(float)
+    """The replicas' own prompt-token counters (`/metrics`, read by
+    `service.lab.counters`: llama.cpp's, vLLM's current or deprecated, SGLang's),
+    summed: tokens prefilled and tokens served from the cache."""
+    total = NONE
     for url in urls:
-        text = httpx.get(f"{url}/metrics", timeout=10).text
-        for name, value in _COUNTER.findall(text):
-            totals[name] += float(value)
-    return dict(totals)
+        total = total + engine_tokens(httpx.get(f"{url}/metrics", timeout=10).text)
+    return {"prompt_tokens_total": total.prefilled, "prompt_tokens_cached_total": total.cached}
 
 
 def engine_by_phase(
