@@ -314,6 +314,12 @@ USAGE_RECORD_SCHEMA: dict[str, Any] = {
         # Contract section 1's managed-provider fields, with the stored limits.
         "cache_write_tokens": {"type": "integer", "minimum": 0},
         "cache_ttl_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TTL_S},
+        # OpenAI's request parameters as sent: cache_ttl_s where the record has none.
+        "prompt_cache_retention": {"enum": ["in_memory", "24h", None]},
+        "prompt_cache_options": {
+            "type": ["object", "null"],
+            "properties": {"mode": {"enum": ["implicit", "explicit"]}, "ttl": {"enum": ["30m"]}},
+        },
         "provider": _strings(TEXT_FIELDS_BY_NAME["provider"].max_length),
         "scenario": _strings(TEXT_FIELDS_BY_NAME["scenario"].max_length),
         "attributes": {

@@ -54,7 +54,14 @@ from service.ingest.records import (
     MAX_TOKENS,
     MAX_TTL_S,
 )
-from service.ingest.shapes import DERIVED_COUNTS, DERIVED_FIELDS, USAGE_KEYS, Invalid, usage_fields
+from service.ingest.shapes import (
+    DERIVED_COUNTS,
+    DERIVED_FIELDS,
+    USAGE_KEYS,
+    Invalid,
+    request_ttl,
+    usage_fields,
+)
 from service.ingest.timestamps import END_S, MAX_FUTURE_US, parse_ts
 from service.usage_row import TEXT_FIELDS_BY_NAME, json_as_text
 
@@ -131,6 +138,9 @@ class _LineRecord(_Fields, forbid_unknown_fields=True):
     usage: msgspec.Raw | UnsetType = UNSET
     usageMetadata: msgspec.Raw | UnsetType = UNSET
     usage_metadata: msgspec.Raw | UnsetType = UNSET
+    # shapes.REQUEST_OPTION_KEYS
+    prompt_cache_retention: Any = UNSET
+    prompt_cache_options: Any = UNSET
 
 
 class _ValueRecord(_Fields):
@@ -138,6 +148,8 @@ class _ValueRecord(_Fields):
     usage: Any = UNSET
     usageMetadata: Any = UNSET
     usage_metadata: Any = UNSET
+    prompt_cache_retention: Any = UNSET
+    prompt_cache_options: Any = UNSET
 
 
 FastRecord = _LineRecord | _ValueRecord
@@ -170,7 +182,7 @@ def finish_line(record: _LineRecord) -> bool:
     """Apply a decoded line's raw usage object; False when orjson finds one is not
     JSON or a field it gives is invalid (the line then takes the fallback)."""
     if record.usage is UNSET and record.usageMetadata is UNSET and record.usage_metadata is UNSET:
-        return True  # the common case: one check
+        return _apply_request_options(record)  # the common case: two checks
     values = []
     for key in USAGE_KEYS:
         raw = getattr(record, key)
@@ -182,7 +194,7 @@ def finish_line(record: _LineRecord) -> bool:
         except orjson.JSONDecodeError:
             return False  # the line is not JSON to orjson either
         setattr(record, key, UNSET)
-    return _apply_usage(record, values)
+    return _apply_usage(record, values) and _apply_request_options(record)
 
 
 def convert_value(value: dict[str, Any]) -> _ValueRecord | None:
@@ -193,7 +205,27 @@ def convert_value(value: dict[str, Any]) -> _ValueRecord | None:
         return None
     values = [getattr(record, key) for key in USAGE_KEYS]
     record.usage = record.usageMetadata = record.usage_metadata = UNSET
-    return record if _apply_usage(record, values) else None
+    return record if _apply_usage(record, values) and _apply_request_options(record) else None
+
+
+def _apply_request_options(record: FastRecord) -> bool:
+    """`UsageRecordIn._from_request_options`: the lifetime OpenAI's request
+    parameters ask for, where neither the record nor its usage gave one. False
+    when one is not valid (pydantic then says why)."""
+    retention, options = record.prompt_cache_retention, record.prompt_cache_options
+    if retention is UNSET and options is UNSET:
+        return True
+    record.prompt_cache_retention = record.prompt_cache_options = UNSET
+    if record.cache_ttl_s is not UNSET:
+        return True
+    ttl = request_ttl(
+        None if retention is UNSET else retention, None if options is UNSET else options
+    )
+    if isinstance(ttl, Invalid):
+        return False
+    if ttl is not None:
+        record.cache_ttl_s = ttl
+    return True
 
 
 def _apply_usage(record: FastRecord, values: list[Any]) -> bool:

@@ -17,8 +17,11 @@ from service.ingest.shapes import (
     GOOGLE,
     ONE_HOUR_S,
     OPENAI,
+    REQUEST_OPTION_KEYS,
     VLLM,
+    Invalid,
     openai_if_managed,
+    request_ttl,
 )
 from service.usage_row import TEXT_FIELDS_BY_NAME
 
@@ -54,8 +57,6 @@ PROVIDER_NAMES = {
     "deepseek": DEEPSEEK,
     "hosted_vllm": VLLM,
 }
-# OpenAI's `prompt_cache_retention` request parameter: the lifetime it asks for.
-RETENTION_TTL_S = {"24h": 86_400}
 
 
 def is_litellm_payload(value: Any) -> bool:
@@ -176,11 +177,13 @@ def _tokens(payload: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]
     including cache reads and writes, also for Anthropic): in the response, else
     in `metadata.usage_object` / `hidden_params.usage_object`; else the payload's
     own totals, nothing cached. The cache lifetime: from the usage, else the
-    request's `prompt_cache_retention`."""
+    request's `prompt_cache_options.ttl` or `prompt_cache_retention` (one OpenAI
+    would refuse asks for nothing here: LiteLLM's payload reports a call made)."""
     response = _dict(payload.get("response"))
     hidden = _dict(payload.get("hidden_params"))
-    retention = _dict(payload.get("model_parameters")).get("prompt_cache_retention")
-    asked = {"cache_ttl_s": RETENTION_TTL_S.get(retention) if isinstance(retention, str) else None}
+    parameters = _dict(payload.get("model_parameters"))
+    ttl = request_ttl(*(parameters.get(k) for k in REQUEST_OPTION_KEYS))
+    asked = {"cache_ttl_s": None if isinstance(ttl, Invalid) else ttl}
     for usage in (
         response.get("usage"),
         metadata.get("usage_object"),

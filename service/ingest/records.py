@@ -19,7 +19,13 @@ from pydantic import (
 )
 
 from service.ingest.hashing import hash_key, pack_block_hashes
-from service.ingest.shapes import USAGE_KEYS, Invalid, usage_fields
+from service.ingest.shapes import (
+    REQUEST_OPTION_KEYS,
+    USAGE_KEYS,
+    Invalid,
+    request_ttl,
+    usage_fields,
+)
 from service.ingest.timestamps import check_not_future, parse_ts
 from service.usage_row import TEXT_FIELD_NAMES, TEXT_FIELDS_BY_NAME
 
@@ -189,8 +195,8 @@ class UsageRecordIn(BaseModel):
                 for name, value in derived.items():
                     if isinstance(value, Invalid) and name not in data:
                         raise ValueError(value.message)
-                return {**derived, **data}
-        return data
+                return _from_request_options({**derived, **data})
+        return _from_request_options(data)
 
     @model_validator(mode="after")
     def _check_consistency(self, info: ValidationInfo) -> "UsageRecordIn":
@@ -215,6 +221,17 @@ class UsageRecordIn(BaseModel):
         if isinstance(info.context, dict) and "received_us" in info.context:
             check_not_future(self.ts, info.context["received_us"])
         return self
+
+
+def _from_request_options(data: dict[str, Any]) -> dict[str, Any]:
+    """`cache_ttl_s` from OpenAI's request parameters on the record
+    (`shapes.request_ttl`), where neither the record nor its usage gave one."""
+    if "cache_ttl_s" in data or not any(k in data for k in REQUEST_OPTION_KEYS):
+        return data
+    ttl = request_ttl(data.get("prompt_cache_retention"), data.get("prompt_cache_options"))
+    if isinstance(ttl, Invalid):
+        raise ValueError(ttl.message)
+    return data if ttl is None else {**data, "cache_ttl_s": ttl}
 
 
 def received_context(received_us: int) -> dict[str, int]:

@@ -31,6 +31,7 @@ names no replica. The TTL: Anthropic's `cache_creation.ephemeral_1h_input_tokens
 above 0, and likewise Bedrock's `cacheDetails` entry with `ttl` "1h", give 3600 s.
 """
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,6 +110,38 @@ def usage_fields(usage: dict[str, Any], key: str, replica: Any) -> dict[str, Any
             fields["completion_tokens"] = usage[name]
             break
     return fields
+
+
+#: OpenAI's request parameters a record may carry as sent, for its cache lifetime
+#: (`request_ttl`): `prompt_cache_retention` (models before GPT-5.6) and
+#: `prompt_cache_options` (GPT-5.6 and later, whose `ttl` supersedes it).
+REQUEST_OPTION_KEYS = ("prompt_cache_retention", "prompt_cache_options")
+#: `prompt_cache_retention`'s values: "24h" asks for a day, "in_memory" for the
+#: model's default (no lifetime of its own).
+RETENTION_TTL_S: dict[str, int | None] = {"24h": 86_400, "in_memory": None}
+_OPTION_TTL = re.compile(r"([1-9][0-9]{0,3})([mh])")
+
+
+def request_ttl(retention: Any, options: Any) -> int | Invalid | None:
+    """The cache lifetime (seconds) OpenAI's request parameters ask for, None for
+    the model's default: `prompt_cache_options.ttl` ("30m", the only value today;
+    any "<n>m" or "<n>h") where given, else `prompt_cache_retention`. Absent or null
+    parameters ask for nothing; a value OpenAI would refuse is Invalid."""
+    ttl = options.get("ttl") if isinstance(options, dict) else None
+    if options is not None and not isinstance(options, dict):
+        return Invalid("prompt_cache_options must be an object or null")
+    if ttl is not None:
+        found = _OPTION_TTL.fullmatch(ttl) if isinstance(ttl, str) else None
+        if found is None:
+            return Invalid(f'prompt_cache_options.ttl must be like "30m", not {str(ttl)[:40]!r}')
+        return int(found[1]) * (60 if found[2] == "m" else 3600)
+    if retention is None:
+        return None
+    if not isinstance(retention, str) or retention not in RETENTION_TTL_S:
+        return Invalid(
+            f'prompt_cache_retention must be "24h" or "in_memory", not {str(retention)[:40]!r}'
+        )
+    return RETENTION_TTL_S[retention]
 
 
 def openai_if_managed(host: Any) -> str | None:

@@ -160,6 +160,16 @@ def test_prompt_cache_retention_asks_for_a_day() -> None:
     assert validated(to_record(in_memory)).cache_ttl_s is None
 
 
+def test_prompt_cache_options_ttl_asks_for_thirty_minutes() -> None:
+    """GPT-5.6's `prompt_cache_options` supersedes `prompt_cache_retention`; a value
+    OpenAI would refuse asks for nothing (LiteLLM reports a call that was made)."""
+    options = {"prompt_cache_options": {"mode": "implicit", "ttl": "30m"}}
+    asked = payload(model_parameters={**options, "prompt_cache_retention": "24h"})
+    assert validated(to_record(asked)).cache_ttl_s == 1800
+    odd = payload(model_parameters={"prompt_cache_options": {"ttl": "forever"}})
+    assert validated(to_record(odd)).cache_ttl_s is None
+
+
 @pytest.mark.parametrize(
     ("changes", "provider"),
     [

@@ -124,6 +124,51 @@ def test_openai_chat_completions(cached: int | None, written: int | None, expect
         assert stored({**BASE, "usage": dumped}) == expected
 
 
+def test_openai_request_options_give_the_cache_lifetime() -> None:
+    """A record may carry OpenAI's request parameters as sent (the `openai` SDK's
+    `PromptCacheOptions` and `prompt_cache_retention` values): GPT-5.6's
+    `prompt_cache_options.ttl` "30m" is 1,800 s and supersedes `prompt_cache_retention`;
+    "24h" is a day; "in_memory" the model's default; the record's own wins."""
+    from openai.types.chat.completion_create_params import PromptCacheOptions
+
+    usage = openai_chat(1024, 512).model_dump()
+    options: PromptCacheOptions = {"mode": "explicit", "ttl": "30m"}
+    base = {**BASE, "model": "gpt-5.6", "usage": usage}
+    assert stored({**base, "prompt_cache_options": options}) == (
+        2006,
+        1024,
+        512,
+        300,
+        1800,
+        "openai",
+    )
+    assert stored({**base, "prompt_cache_retention": "24h"})[4] == 86_400
+    assert stored({**base, "prompt_cache_retention": "in_memory"})[4] is None
+    both = {**base, "prompt_cache_retention": "24h", "prompt_cache_options": options}
+    assert stored(both)[4] == 1800
+    assert stored({**both, "cache_ttl_s": 600.0})[4] == 600.0
+    assert stored({**base, "prompt_cache_options": {"mode": "implicit"}})[4] is None
+    assert stored({**base, "prompt_cache_options": None, "prompt_cache_retention": None})[4] is None
+
+
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        (
+            {"prompt_cache_options": {"ttl": "forever"}},
+            'prompt_cache_options.ttl must be like "30m"',
+        ),
+        ({"prompt_cache_options": "30m"}, "prompt_cache_options must be an object or null"),
+        ({"prompt_cache_retention": "1h"}, 'prompt_cache_retention must be "24h" or "in_memory"'),
+        ({"prompt_cache_retention": 24}, 'prompt_cache_retention must be "24h" or "in_memory"'),
+    ],
+)
+def test_openai_request_options_openai_would_refuse_are_refused(
+    options: dict[str, Any], reason: str
+) -> None:
+    assert reason in refused({**BASE, "prompt_tokens": 10, **options})
+
+
 def test_openai_shapes_name_openai_only_without_a_replica() -> None:
     """vLLM and SGLang answer in OpenAI's shapes too, and they name a replica."""
     usage = openai_chat(1920).model_dump()
