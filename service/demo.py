@@ -103,6 +103,8 @@ CANARY_SHARE = 0.1
 #: USD per million tokens (input, cache read, 5-minute cache write): Anthropic's
 #: list prices for Claude Sonnet 4.5, 2025-12. Both demo models are priced so.
 PRICES = (3.00, 0.30, 3.75)
+#: Claude Sonnet's one-hour cache write, 2x the input price: for the managed model.
+ONE_HOUR_WRITE_PRICE = 6.00
 
 
 def demo_scenario(seed: int = 7, peak_rate: float = 0.8) -> Scenario:
@@ -217,6 +219,8 @@ def models_file(scenario: Scenario) -> str:
             lines.append(f"min_prompt_tokens = {spec.managed.min_prompt_tokens}")
         names = ("input_usd_per_mtok", "cached_usd_per_mtok", "write_usd_per_mtok")
         lines.extend(f"{name} = {price:.2f}" for name, price in zip(names, PRICES, strict=True))
+        if spec.managed is not None:
+            lines.append(f"write_1h_usd_per_mtok = {ONE_HOUR_WRITE_PRICE:.2f}")
         rules.append(f"# {spec.name}\n" + "\n".join(lines) + "\n")
     return "# Written by `cachewatch demo` (CACHEWATCH_MODELS_FILE).\n\n" + "\n".join(rules)
 

@@ -79,6 +79,9 @@ class UsageRecord(Base):
     cache_ttl_s: Mapped[float | None] = mapped_column(Float)
     provider: Mapped[str | None] = mapped_column(String(50))
     scenario: Mapped[str | None] = mapped_column(String(100))
+    # Of cache_write_tokens, those written to a one-hour cache (Anthropic's
+    # ephemeral_1h_input_tokens); null: not split (docs/providers.md, "Prices").
+    cache_write_1h_tokens: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (
         Index("ix_usage_records_model_ts", "model", "ts_us", "id"),

@@ -2,19 +2,22 @@
 and a regression's `cost` (section 5). Pure; the prices come from the caching
 profile of each record (`service.profiles`), as the columns of PRICE_COLUMNS.
 
-Per request r, with w = min(cache_write_tokens, prompt_tokens - cached_tokens) and
-u = prompt_tokens - cached_tokens - w (the uncached tokens not written):
+Per request r, with w = min(cache_write_tokens, prompt_tokens - cached_tokens),
+h = min(cache_write_1h_tokens, w) of them written to a one-hour cache (null: 0)
+and u = prompt_tokens - cached_tokens - w (the uncached tokens not written):
 
-- spend_usd = (u * input + cached_tokens * cached + w * write) / 1e6;
-- miss_price = (u * input + w * write) / (u + w), or input when u + w = 0: what
-  an uncached token of r cost on average;
+- spend_usd = (u * input + cached_tokens * cached + (w - h) * write + h * write_1h) / 1e6;
+- miss_price = (u * input + (w - h) * write + h * write_1h) / (u + w), or input
+  when u + w = 0: what an uncached token of r cost on average;
 - wasted_usd = rewarm_tokens * (miss_price - cached) / 1e6: what recomputing
   tokens that were cacheable cost above their cached price.
 
 A request whose model has no input price has null costs, not 0: "no price" must
 not read as "free". A missing cached or write price is the input price (a
-provider without a discount, or one that bills writes as input); the profile
-resolution fills those before they get here, the fallbacks below only guard.
+provider without a discount, or one that bills writes as input), a missing
+one-hour write price the write price; the profile resolution fills those before
+they get here (and prices a record whose writes are not split by TTL, asking for
+an hour, at the one-hour price as its write price), the fallbacks below only guard.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ PRICE_COLUMNS: tuple[str, ...] = (
     "input_usd_per_mtok",
     "cached_usd_per_mtok",
     "write_usd_per_mtok",
+    "write_1h_usd_per_mtok",
 )
 #: The columns `with_request_costs` adds.
 COST_COLUMNS: tuple[str, ...] = ("spend_usd", "wasted_usd")
@@ -39,37 +43,50 @@ def with_request_costs(frame: pl.DataFrame) -> pl.DataFrame:
     cached_tokens, cache_write_tokens (absent: 0), rewarm_tokens and the
     PRICE_COLUMNS (absent: unpriced)."""
     missing = [pl.lit(None, pl.Float64).alias(c) for c in PRICE_COLUMNS if c not in frame.columns]
-    if "cache_write_tokens" not in frame.columns:
-        missing.append(pl.lit(0, pl.Int64).alias("cache_write_tokens"))
+    for name in ("cache_write_tokens", "cache_write_1h_tokens"):
+        if name not in frame.columns:
+            missing.append(pl.lit(0, pl.Int64).alias(name))
     return frame.with_columns(missing).with_columns(_spend(), _wasted())
 
 
-def _prices() -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+def _prices() -> tuple[pl.Expr, pl.Expr, pl.Expr, pl.Expr]:
     inp = pl.col("input_usd_per_mtok")
+    write = pl.coalesce(pl.col("write_usd_per_mtok"), inp)
     return (
         inp,
         pl.coalesce(pl.col("cached_usd_per_mtok"), inp),
-        pl.coalesce(pl.col("write_usd_per_mtok"), inp),
+        write,
+        pl.coalesce(pl.col("write_1h_usd_per_mtok"), write),
     )
 
 
-def _split() -> tuple[pl.Expr, pl.Expr]:
-    """(u, w): the uncached tokens billed at the input price and those written."""
+def _split() -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+    """(u, w, h): the uncached tokens billed at the input price, those written,
+    and of those the ones written to a one-hour cache."""
     uncached = pl.col("prompt_tokens") - pl.col("cached_tokens")
     written = pl.min_horizontal(pl.col("cache_write_tokens").fill_null(0), uncached)
-    return uncached - written, written
+    one_hour = pl.min_horizontal(pl.col("cache_write_1h_tokens").fill_null(0), written)
+    return uncached - written, written, one_hour
+
+
+def _missed_usd() -> pl.Expr:
+    """What the uncached tokens cost, a million times over: u * input + (w - h) *
+    write + h * write_1h."""
+    inp, _, write, write_1h = _prices()
+    u, w, h = _split()
+    return u * inp + (w - h) * write + h * write_1h
 
 
 def _spend() -> pl.Expr:
-    inp, cached, write = _prices()
-    u, w = _split()
-    return ((u * inp + pl.col("cached_tokens") * cached + w * write) / _PER_MTOK).alias("spend_usd")
+    _, cached, _, _ = _prices()
+    spend = _missed_usd() + pl.col("cached_tokens") * cached
+    return (spend / _PER_MTOK).alias("spend_usd")
 
 
 def _wasted() -> pl.Expr:
-    inp, cached, write = _prices()
-    u, w = _split()
-    miss_price = pl.when(u + w > 0).then((u * inp + w * write) / (u + w)).otherwise(inp)
+    inp, cached, _, _ = _prices()
+    u, w, _ = _split()
+    miss_price = pl.when(u + w > 0).then(_missed_usd() / (u + w)).otherwise(inp)
     return (pl.col("rewarm_tokens") * (miss_price - cached) / _PER_MTOK).alias("wasted_usd")
 
 

@@ -313,6 +313,7 @@ USAGE_RECORD_SCHEMA: dict[str, Any] = {
         "segments": {"type": "array", "maxItems": MAX_SEGMENTS, "items": SEGMENT_SCHEMA},
         # Contract section 1's managed-provider fields, with the stored limits.
         "cache_write_tokens": {"type": "integer", "minimum": 0},
+        "cache_write_1h_tokens": {"type": ["integer", "null"], "minimum": 0},
         "cache_ttl_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TTL_S},
         # OpenAI's request parameters as sent: cache_ttl_s where the record has none.
         "prompt_cache_retention": {"enum": ["in_memory", "24h", None]},

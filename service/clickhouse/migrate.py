@@ -66,13 +66,30 @@ def upgrade(ch: ClickHouse, directory: Path = MIGRATIONS, cluster: str | None = 
             continue
         for statement in statements(path):
             for sql in on_cluster(statement, cluster, ch.database) if cluster else [statement]:
-                ch.command(sql)
+                if not _column_there(ch, sql):
+                    ch.command(sql)
         ch.command(
             "INSERT INTO schema_migrations (name, applied_us) "
             f"VALUES ({quote(path.stem)}, {time.time_ns() // 1000})"
         )
         ran.append(path.stem)
     return ran
+
+
+def _column_there(ch: ClickHouse, sql: str) -> bool:
+    """Whether `sql` adds a column the table has already: a migration that died
+    after its ALTER and before its ledger row runs again, and 18.16 knows no
+    `ADD COLUMN IF NOT EXISTS`."""
+    added = _ADDED_COLUMN.match(sql)
+    if added is None:
+        return False
+    table, column = added.groups()
+    found = ch.query(
+        "SELECT count() AS n FROM system.columns WHERE database = currentDatabase() "
+        f"AND table = {quote(table)} AND name = {quote(column)}",
+        {"n": pl.Int64()},
+    )
+    return int(found["n"][0]) > 0
 
 
 #: Each MergeTree-family table's sharding key on a cluster. The pass compares every
@@ -94,6 +111,8 @@ _CREATE = re.compile(
 )
 _VIEW = re.compile(r"CREATE MATERIALIZED VIEW\b", re.I)
 _DROP = re.compile(r"DROP TABLE IF EXISTS (\w+)", re.I)
+_ADD_COLUMN = re.compile(r"ALTER TABLE (\w+) (ADD COLUMN .+)", re.I | re.S)
+_ADDED_COLUMN = re.compile(r"ALTER TABLE (\w+) ADD COLUMN (\w+)", re.I)
 
 
 def on_cluster(statement: str, cluster: str, database: str) -> list[str]:
@@ -106,6 +125,10 @@ def on_cluster(statement: str, cluster: str, database: str) -> list[str]:
         return []
     if dropped := _DROP.fullmatch(statement):
         return [statement, f"DROP TABLE IF EXISTS {LOCAL.format(dropped.group(1))}"]
+    if added := _ADD_COLUMN.fullmatch(statement):
+        # The shard's own table first, then the Distributed table over it.
+        name, change = added.groups()
+        return [f"ALTER TABLE {LOCAL.format(name)} {change}", statement]
     raise ValueError(f"no cluster rewrite for this migration statement: {statement[:200]}")
 
 

@@ -223,6 +223,7 @@ RECORD_COLUMNS = (
     "prefix_key",
     "prefix_tokens",
     "cache_write_tokens",
+    "cache_write_1h_tokens",
     "cache_ttl_s",
     "provider",
     "scenario",

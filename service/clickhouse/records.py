@@ -164,6 +164,7 @@ _DTYPES: dict[str, pl.DataType] = {
     "cache_ttl_s": pl.Float64(),
     "provider": pl.String(),
     "scenario": pl.String(),
+    "cache_write_1h_tokens": pl.Int64(),
 }
 
 

@@ -57,6 +57,7 @@ from service.ingest.records import (
 from service.ingest.shapes import (
     DERIVED_COUNTS,
     DERIVED_FIELDS,
+    SPLIT_OF_WRITES,
     USAGE_KEYS,
     Invalid,
     request_ttl,
@@ -130,6 +131,7 @@ class _Fields(msgspec.Struct, gc=False):
     cache_ttl_s: Seconds | UnsetType | None = UNSET
     provider: Annotated[str, _text("provider")] | UnsetType | None = UNSET
     scenario: Annotated[str, _text("scenario")] | None = None
+    cache_write_1h_tokens: Count | UnsetType | None = UNSET
 
 
 class _LineRecord(_Fields, forbid_unknown_fields=True):
@@ -237,6 +239,8 @@ def _apply_usage(record: FastRecord, values: list[Any]) -> bool:
         return True  # none: the others are ignored, like any unknown field
     key, usage = objects[0]
     fields = usage_fields(usage, key, record.replica)
+    if record.cache_write_tokens is not UNSET:  # its split is of the usage's writes
+        fields.pop(SPLIT_OF_WRITES, None)
     for name in DERIVED_FIELDS:
         if name in fields and getattr(record, name) is UNSET:
             value = fields[name]
@@ -269,6 +273,11 @@ def record_values(
     if cache_write_tokens is UNSET:
         cache_write_tokens = 0
     elif cache_write_tokens > prompt_tokens - cached_tokens:
+        return None
+    one_hour = record.cache_write_1h_tokens
+    if one_hour is UNSET:
+        one_hour = None
+    elif one_hour is not None and one_hour > cache_write_tokens:
         return None
     completion_tokens = record.completion_tokens
     if completion_tokens is UNSET:
@@ -368,6 +377,7 @@ def record_values(
         cache_ttl_s,
         provider,
         scenario,
+        one_hour,
     )
     if segments is None and attributes is None:
         return row  # no JSON to write as text (most records): no call

@@ -38,6 +38,7 @@ _MEASURED = frozenset(
         "prompt_tokens",
         "cached_tokens",
         "cache_write_tokens",
+        "cache_write_1h_tokens",
         "completion_tokens",
         "ttft_ms",
         "latency_ms",
@@ -216,8 +217,10 @@ def _usage_fields(usage: dict[str, Any]) -> dict[str, Any]:
     }
     for split in (details.get("cache_creation_token_details"), usage.get("cache_creation")):
         one_hour = _dict(split).get("ephemeral_1h_input_tokens")
-        if type(one_hour) is int and one_hour > 0:
-            fields["cache_ttl_s"] = ONE_HOUR_S
+        if type(one_hour) is int and one_hour >= 0 and type(written) is int:
+            fields["cache_write_1h_tokens"] = min(one_hour, written)
+            if one_hour > 0:
+                fields["cache_ttl_s"] = ONE_HOUR_S
             break
     return fields
 

@@ -21,6 +21,7 @@ from pydantic import (
 from service.ingest.hashing import hash_key, pack_block_hashes
 from service.ingest.shapes import (
     REQUEST_OPTION_KEYS,
+    SPLIT_OF_WRITES,
     USAGE_KEYS,
     Invalid,
     request_ttl,
@@ -180,6 +181,7 @@ class UsageRecordIn(BaseModel):
     cache_ttl_s: Seconds | None = None
     provider: Annotated[StrictStr, _text("provider")] | None = None
     scenario: Annotated[StrictStr, _text("scenario")] | None = None
+    cache_write_1h_tokens: Count | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -192,6 +194,8 @@ class UsageRecordIn(BaseModel):
             usage = data.get(key)
             if isinstance(usage, dict):
                 derived = usage_fields(usage, key, data.get("replica"))
+                if "cache_write_tokens" in data:  # its split is of the usage's writes
+                    derived.pop(SPLIT_OF_WRITES, None)
                 for name, value in derived.items():
                     if isinstance(value, Invalid) and name not in data:
                         raise ValueError(value.message)
@@ -209,6 +213,9 @@ class UsageRecordIn(BaseModel):
             raise ValueError("cached_tokens must not exceed prompt_tokens")
         if self.cache_write_tokens > self.prompt_tokens - self.cached_tokens:
             raise ValueError("cache_write_tokens must not exceed prompt_tokens - cached_tokens")
+        one_hour = self.cache_write_1h_tokens
+        if one_hour is not None and one_hour > self.cache_write_tokens:
+            raise ValueError("cache_write_1h_tokens must not exceed cache_write_tokens")
         if self.block_hashes is not None and self.block_size is None:
             raise ValueError("block_hashes needs block_size")
         if self.prefix_hash is not None and self.prefix_tokens is None:

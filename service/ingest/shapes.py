@@ -27,8 +27,10 @@ a value this module must compute with (a sum's parts, the TTL's count) that is
 not a count is an `Invalid`, which names it: the validated path raises its
 message, the fast path declines. The OpenAI shapes give `openai` only to a
 record without a replica: vLLM and SGLang answer in them too, and a managed API
-names no replica. The TTL: Anthropic's `cache_creation.ephemeral_1h_input_tokens`
-above 0, and likewise Bedrock's `cacheDetails` entry with `ttl` "1h", give 3600 s.
+names no replica. The one-hour writes: Anthropic's
+`cache_creation.ephemeral_1h_input_tokens`, and likewise Bedrock's `cacheDetails`
+entries with `ttl` "1h", give `cache_write_1h_tokens` (its writes priced apart)
+and, above 0, a TTL of 3600 s.
 """
 
 import re
@@ -50,6 +52,9 @@ OPENAI_DOMAIN = "openai.com"
 # Where a record carries its provider's usage object, in the order looked at: the
 # first holding an object is read, the others are ignored like unknown fields.
 USAGE_KEYS = ("usage", "usageMetadata", "usage_metadata")
+# The one-hour share of the usage's writes: not taken when the record gives its
+# own `cache_write_tokens` (a share of other writes).
+SPLIT_OF_WRITES = "cache_write_1h_tokens"
 # The fields a usage object can give a record; fields on the record win over them.
 DERIVED_FIELDS = (
     "prompt_tokens",
@@ -58,8 +63,9 @@ DERIVED_FIELDS = (
     "cache_write_tokens",
     "cache_ttl_s",
     "provider",
+    SPLIT_OF_WRITES,
 )
-DERIVED_COUNTS = frozenset(DERIVED_FIELDS[:4])
+DERIVED_COUNTS = frozenset((*DERIVED_FIELDS[:4], SPLIT_OF_WRITES))
 # Anthropic's (and Bedrock's) one-hour cache, asked for with `"ttl": "1h"`.
 ONE_HOUR_S = 3600
 # Where a `usage` has its output tokens, first present wins (Gemini: `_GEMINI_*`).
@@ -179,7 +185,10 @@ def _anthropic(usage: dict[str, Any]) -> dict[str, Any]:
     }
     detail = usage.get("cache_creation")
     if isinstance(detail, dict):
-        ttl = _one_hour_if(_part(detail, "ephemeral_1h_input_tokens", "usage.cache_creation."))
+        one_hour = _part(detail, "ephemeral_1h_input_tokens", "usage.cache_creation.")
+        if (share := _share(one_hour, created)) is not None:
+            fields[SPLIT_OF_WRITES] = share
+        ttl = _one_hour_if(one_hour)
         if ttl is not None:
             fields["cache_ttl_s"] = ttl
     return fields
@@ -195,13 +204,23 @@ def _bedrock(usage: dict[str, Any]) -> dict[str, Any]:
         "provider": BEDROCK,
     }
     details = usage.get("cacheDetails")
-    for i, detail in enumerate(details if isinstance(details, list) else ()):
-        if isinstance(detail, dict) and detail.get("ttl") == "1h":
-            ttl = _one_hour_if(_part(detail, "inputTokens", f"usage.cacheDetails[{i}]."))
-            if ttl is not None:
-                fields["cache_ttl_s"] = ttl
-                break
+    if isinstance(details, list):
+        one_hour = _total(*_one_hour_parts(details))
+        if (share := _share(one_hour, written)) is not None:
+            fields[SPLIT_OF_WRITES] = share
+        ttl = _one_hour_if(one_hour)
+        if ttl is not None:
+            fields["cache_ttl_s"] = ttl
     return fields
+
+
+def _one_hour_parts(details: list[Any]) -> list[int | Invalid]:
+    """The written tokens of Bedrock's `cacheDetails` entries with `ttl` "1h"."""
+    return [
+        _part(detail, "inputTokens", f"usage.cacheDetails[{i}].")
+        for i, detail in enumerate(details)
+        if isinstance(detail, dict) and detail.get("ttl") == "1h"
+    ]
 
 
 def _gemini(usage: dict[str, Any]) -> dict[str, Any]:
@@ -256,6 +275,16 @@ def _one_hour_if(written: int | Invalid) -> int | Invalid | None:
     if isinstance(written, Invalid):
         return written
     return ONE_HOUR_S if written > 0 else None
+
+
+def _share(part: int | Invalid, bound: int | Invalid) -> int | None:
+    """The one-hour share of the writes as the usage gives it, but no more than the
+    writes (a usage reporting fewer in all); None (not split) where either is not
+    a count: that value's own field says so, unless the record overrides it, and a
+    record is not refused over the share alone (it was accepted before it was read)."""
+    if isinstance(part, Invalid) or isinstance(bound, Invalid):
+        return None
+    return min(part, bound)
 
 
 def _total(*parts: int | Invalid) -> int | Invalid:

@@ -70,6 +70,9 @@ class Rule:
     write_usd_per_mtok: float | None
     #: "models.toml line 12": the file and the line of the rule's `[[model]]` header.
     source: str
+    #: The write price of a one-hour cache (Anthropic's 2x); None: the price
+    #: source's, else the write price.
+    write_1h_usd_per_mtok: float | None = None
 
 
 class _RuleIn(BaseModel):
@@ -84,6 +87,7 @@ class _RuleIn(BaseModel):
     input_usd_per_mtok: Price | None = None
     cached_usd_per_mtok: Price | None = None
     write_usd_per_mtok: Price | None = None
+    write_1h_usd_per_mtok: Price | None = None
 
     @field_validator("cached_usd_per_mtok")
     @classmethod
@@ -95,7 +99,7 @@ class _RuleIn(BaseModel):
             raise ValueError(f"the cached price must not exceed the input price ({inp})")
         return cached
 
-    @field_validator("write_usd_per_mtok")
+    @field_validator("write_usd_per_mtok", "write_1h_usd_per_mtok")
     @classmethod
     def _write_costs_at_least_a_read(
         cls, write: float | None, info: ValidationInfo
@@ -179,6 +183,7 @@ def _rule(rule: _RuleIn, source: str) -> Rule:
         cached_usd_per_mtok=rule.cached_usd_per_mtok,
         write_usd_per_mtok=rule.write_usd_per_mtok,
         source=source,
+        write_1h_usd_per_mtok=rule.write_1h_usd_per_mtok,
     )
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: A record asking for a cache of at least this long (Anthropic's `"ttl": "1h"`,
-#: cache_ttl_s = 3600) is billed the one-hour write price where the price source
-#: knows one (`Profile.write_1h_usd_per_mtok`).
+#: cache_ttl_s = 3600) whose writes are not split by TTL is billed the one-hour
+#: write price for all of them (`Profile.write_1h_usd_per_mtok`).
 LONG_CACHE_TTL_S = 3600.0
 
 
@@ -32,9 +32,11 @@ class Profile:
     #: Where it came from, for people: "models.toml line 12",
     #: "built-in anthropic (docs/providers.md)".
     source: str
-    #: The write price of a one-hour cache, for records whose cache_ttl_s is at least
-    #: LONG_CACHE_TTL_S; None: such writes cost `write_usd_per_mtok` as any other.
-    #: Only the price source sets it (a rule's write price holds for every record).
+    #: The write price of a one-hour cache: for a record's one-hour writes
+    #: (`cache_write_1h_tokens`), and for all the writes of a record that does not
+    #: split them and asks for at least LONG_CACHE_TTL_S; None: such writes cost
+    #: `write_usd_per_mtok` as any other. The rule's, else the price source's
+    #: unless the rule sets the write price (which then holds for every write).
     write_1h_usd_per_mtok: float | None = None
 
     @property

@@ -41,7 +41,9 @@ ANNOTATED_COLUMNS: tuple[str, ...] = ("min_prompt_tokens", "ttl_s", *PRICE_COLUM
 _Prices = tuple[float | None, float | None, float | None]
 _MODEL, _PROVIDER = "_profile_model", "_profile_provider"
 _PROFILED, _TTL, _WRITE_1H = "_profiled", "_profile_ttl_s", "_write_1h_usd_per_mtok"
-_INPUT, _CACHED, _WRITE = PRICE_COLUMNS
+#: The record's one-hour writes: null when it does not split its writes by TTL.
+_SPLIT = "cache_write_1h_tokens"
+_INPUT, _CACHED, _WRITE, _WRITE_1H_PRICE = PRICE_COLUMNS
 
 
 class Profiles:
@@ -76,9 +78,11 @@ class Profiles:
         - ttl_s (Float64): the record's cache_ttl_s, else the profile's ttl_s; null
           without a profile (a self-hosted engine has no TTL, whatever the caller
           asked for);
-        - the PRICE_COLUMNS (Float64): null where there is no input price. The write
-          price of a record asking for a cache of an hour or more is the one-hour
-          write price where the price source has one.
+        - the PRICE_COLUMNS (Float64): null where there is no input price. The
+          one-hour write price is the profile's, else the write price; the write
+          price of a record that does not split its writes by TTL
+          (`cache_write_1h_tokens` null or absent) and asks for a cache of an
+          hour or more is the one-hour price.
 
         Each distinct (model, provider) is resolved once and joined back, so the
         Python work is per pair, not per row. The rows keep their order."""
@@ -89,7 +93,7 @@ class Profiles:
         keyed = frame.select(
             pl.col("model").cast(pl.String).alias(_MODEL),
             pl.col("provider").cast(pl.String).alias(_PROVIDER),
-            *([pl.col("cache_ttl_s")] if "cache_ttl_s" in frame.columns else []),
+            *[pl.col(c) for c in ("cache_ttl_s", _SPLIT) if c in frame.columns],
         )
         pairs = keyed.select(_MODEL, _PROVIDER).unique()
         joined = keyed.join(
@@ -104,7 +108,8 @@ class Profiles:
             if "cache_ttl_s" in frame.columns
             else pl.lit(None, pl.Float64)
         )
-        long_cache = (requested >= LONG_CACHE_TTL_S) & pl.col(_WRITE_1H).is_not_null()
+        unsplit = pl.col(_SPLIT).is_null() if _SPLIT in frame.columns else pl.lit(True)
+        long_cache = (requested >= LONG_CACHE_TTL_S) & unsplit & pl.col(_WRITE_1H).is_not_null()
         added = joined.select(
             pl.col("min_prompt_tokens").fill_null(0),
             pl.when(pl.col(_PROFILED))
@@ -114,6 +119,7 @@ class Profiles:
             pl.col(_INPUT),
             pl.col(_CACHED),
             pl.when(long_cache).then(pl.col(_WRITE_1H)).otherwise(pl.col(_WRITE)).alias(_WRITE),
+            pl.coalesce(_WRITE_1H, _WRITE).alias(_WRITE_1H_PRICE),
         )
         return base.hstack(added.select(ANNOTATED_COLUMNS).get_columns())
 
@@ -181,12 +187,15 @@ def _unpriced(provider: str | None, ttl_s: float | None, minimum: int, source: s
 def _from_rule(rule: Rule, model: str, provider: str | None) -> Profile:
     base = _unpriced(provider, rule.ttl_s, rule.min_prompt_tokens, rule.source)
     given = (rule.input_usd_per_mtok, rule.cached_usd_per_mtok, rule.write_usd_per_mtok)
+    one_hour = rule.write_1h_usd_per_mtok
     if all(p is not None for p in given) or provider is None:
-        return _with_prices(base, given, None)
-    return _with_prices(base, given, prices.quote(model, provider))
+        return _with_prices(base, given, None, one_hour)
+    return _with_prices(base, given, prices.quote(model, provider), one_hour)
 
 
-def _with_prices(base: Profile, given: _Prices, quote: prices.Quote | None) -> Profile:
+def _with_prices(
+    base: Profile, given: _Prices, quote: prices.Quote | None, given_1h: float | None = None
+) -> Profile:
     """`base` with each price: the given one, else the quote's, else (cached and
     write) the input price; all None without an input price."""
     quoted: _Prices = (
@@ -199,7 +208,11 @@ def _with_prices(base: Profile, given: _Prices, quote: prices.Quote | None) -> P
         return base
     cached = _first(given[1], quoted[1], inp)
     write = _first(given[2], quoted[2], inp)
-    write_1h = quote.write_1h_usd_per_mtok if quote is not None and given[2] is None else None
+    write_1h = (
+        given_1h
+        if given_1h is not None
+        else (quote.write_1h_usd_per_mtok if quote is not None and given[2] is None else None)
+    )
     from_source = any(g is None and q is not None for g, q in zip(given, quoted, strict=True))
     source = f"{base.source}; prices: {prices.source_name()}" if from_source else base.source
     assert cached is not None and write is not None  # the input price is their last resort

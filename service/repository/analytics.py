@@ -47,6 +47,7 @@ USAGE_FRAME_SCHEMA: dict[str, Any] = {
     "prefix_key": pl.Int64,
     "prefix_tokens": pl.Int64,
     "cache_write_tokens": pl.Int64,
+    "cache_write_1h_tokens": pl.Int64,
     "cache_ttl_s": pl.Float64,
     "provider": pl.Utf8,
     "scenario": pl.Utf8,

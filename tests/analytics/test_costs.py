@@ -147,3 +147,31 @@ def test_regression_cost_is_none_without_prices_or_data() -> None:
     assert regression_cost(no_tokens, priced) is None
     no_time = Side(spend_usd=10.0, prompt_tokens=1_000, priced_requests=5, days=0.0)
     assert regression_cost(priced, no_time) is None
+
+
+def test_anthropic_writes_priced_by_their_ttl() -> None:
+    """Issue 34: 5-minute writes at 1.25x input, 1-hour writes at 2x, each at its
+    own rate. 10,000 prompt tokens: 4,000 read, 5,000 written of which 2,000 to
+    the one-hour cache, 1,000 uncached and not written."""
+    frame = pl.DataFrame(
+        {
+            "prompt_tokens": [10_000, 10_000],
+            "cached_tokens": [4_000, 4_000],
+            "cache_write_tokens": [5_000, 5_000],
+            "cache_write_1h_tokens": [2_000, None],
+            "rewarm_tokens": [3_000, 3_000],
+            **{k: [v, v] for k, v in ANTHROPIC.items()},
+            "write_1h_usd_per_mtok": [6.00, 6.00],
+        }
+    )
+    [(split_spend, split_wasted), (unsplit_spend, _)] = (
+        with_request_costs(frame).select(COST_COLUMNS).rows()
+    )
+    assert split_spend == pytest.approx(
+        (1_000 * 3.00 + 4_000 * 0.30 + 3_000 * 3.75 + 2_000 * 6.00) / 1e6
+    )
+    assert split_spend == pytest.approx(0.02745)
+    # A miss costs (1,000 * 3 + 3,000 * 3.75 + 2,000 * 6) / 6,000 = $4.375 a million.
+    assert split_wasted == pytest.approx(3_000 * (4.375 - 0.30) / 1e6)
+    # Not split: every write at the write price the profile gave the record.
+    assert unsplit_spend == pytest.approx((1_000 * 3.00 + 4_000 * 0.30 + 5_000 * 3.75) / 1e6)

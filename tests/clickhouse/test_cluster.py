@@ -154,7 +154,13 @@ def test_what_the_cluster_rewrite_refuses(settings: Settings) -> None:
     """A migration statement of a kind it does not know, a table without a
     sharding key, and settings that do not say where the shards are."""
     with pytest.raises(ValueError, match="no cluster rewrite"):
-        migrate.on_cluster("ALTER TABLE usage_records ADD COLUMN x Int64", CLUSTER, "db")
+        migrate.on_cluster("ALTER TABLE usage_records DROP COLUMN x", CLUSTER, "db")
+    # An added column goes to the shard's table, then to the Distributed one over it.
+    added = migrate.on_cluster("ALTER TABLE usage_records ADD COLUMN x Int64", CLUSTER, "db")
+    assert added == [
+        "ALTER TABLE usage_records_local ADD COLUMN x Int64",
+        "ALTER TABLE usage_records ADD COLUMN x Int64",
+    ]
     table = "CREATE TABLE IF NOT EXISTS t (a Int64) ENGINE = MergeTree ORDER BY a"
     with pytest.raises(ValueError, match="no sharding key"):
         migrate.on_cluster(table, CLUSTER, "db")

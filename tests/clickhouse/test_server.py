@@ -4,6 +4,7 @@ the tables, views and migrations run on it unchanged."""
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 
@@ -54,3 +55,27 @@ def test_the_block_records_read_as_on_the_engine_in_process(
     on_server = reads.load_block_frame(server, **args)
     assert on_server.height == 300
     assert on_server.equals(reads.load_block_frame(chdb, **args))
+
+
+@pytest.mark.parametrize("backend", ["server", "chdb"])
+def test_an_added_column_migration_that_died_before_its_ledger_runs_again(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    """18.16 knows no `ADD COLUMN IF NOT EXISTS`: a migration whose ALTER ran but
+    whose ledger row was not written runs again without failing."""
+    ch: ClickHouse = request.getfixturevalue(backend)
+    name = "2026_12_05_0500_one_hour_writes"
+    ch.command(f"ALTER TABLE schema_migrations DELETE WHERE name = '{name}'")
+    import time
+
+    deadline = time.monotonic() + 30
+    while name in migrate.applied(ch):  # mutations are asynchronous on 18.16
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert migrate.upgrade(ch) == [name]
+    columns = ch.query(
+        "SELECT name FROM system.columns WHERE database = currentDatabase() "
+        "AND table = 'usage_records'",
+        {"name": pl.String()},
+    )
+    assert columns["name"].to_list().count("cache_write_1h_tokens") == 1

@@ -143,6 +143,7 @@ def test_cache_writes_and_the_one_hour_ttl_from_litellms_usage() -> None:
         200,
     )
     assert (record.cache_ttl_s, record.provider) == (3600, "anthropic")
+    assert record.cache_write_1h_tokens == usage["cache_creation"]["ephemeral_1h_input_tokens"]
     five_minutes = {**usage, "cache_creation": {"ephemeral_5m_input_tokens": 200}}
     record = validated(to_record(payload(response={"usage": five_minutes}, metadata={})))
     assert (record.cache_write_tokens, record.cache_ttl_s) == (200, None)
@@ -151,6 +152,7 @@ def test_cache_writes_and_the_one_hour_ttl_from_litellms_usage() -> None:
     only_details = {"prompt_tokens": 3212, "prompt_tokens_details": details}
     record = validated(to_record(payload(response={"usage": only_details}, metadata={})))
     assert (record.cache_write_tokens, record.cache_ttl_s) == (200, 3600)
+    assert record.cache_write_1h_tokens == 20
 
 
 def test_prompt_cache_retention_asks_for_a_day() -> None:

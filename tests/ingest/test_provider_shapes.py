@@ -235,6 +235,41 @@ def test_anthropic_messages(usage: dict[str, Any], expected: Expected) -> None:
         assert stored({**BASE, "usage": dumped}) == expected
 
 
+def one_hour_writes(record: dict[str, Any]) -> int | None:
+    """The stored `cache_write_1h_tokens`, after checking that every path stored
+    the same row."""
+    stored(record)
+    validated = rows(record)["validated"]
+    assert isinstance(validated, tuple), validated
+    return dict(zip(USAGE_COLUMNS, validated, strict=True))["cache_write_1h_tokens"]  # type: ignore[no-any-return]
+
+
+ANTHROPIC_BOTH_TTLS = {
+    "input_tokens": 12,
+    "output_tokens": 40,
+    "cache_read_input_tokens": 1000,
+    "cache_creation_input_tokens": 2500,
+    "cache_creation": {"ephemeral_5m_input_tokens": 500, "ephemeral_1h_input_tokens": 2000},
+}
+
+
+def test_anthropic_writes_by_ttl() -> None:
+    """Issue 34: the one-hour share of the writes, from the SDK's `cache_creation`
+    (priced apart, docs/providers.md); 0 when all went to the 5-minute cache; null
+    (not split) without `cache_creation`."""
+    sdk = AnthropicUsage.model_validate(ANTHROPIC_BOTH_TTLS)
+    for dumped in (sdk.model_dump(), orjson.loads(sdk.model_dump_json(exclude_none=True))):
+        assert one_hour_writes({**BASE, "usage": dumped}) == 2000
+    five_minutes = {**ANTHROPIC_BOTH_TTLS, "cache_creation": {"ephemeral_5m_input_tokens": 2500}}
+    assert one_hour_writes({**BASE, "usage": five_minutes}) == 0
+    unsplit = {k: v for k, v in ANTHROPIC_BOTH_TTLS.items() if k != "cache_creation"}
+    assert one_hour_writes({**BASE, "usage": unsplit}) is None
+    # The record's own wins; more than its writes is refused.
+    assert one_hour_writes({**BASE, "usage": unsplit, "cache_write_1h_tokens": 2500}) == 2500
+    too_many = {**BASE, "usage": unsplit, "cache_write_1h_tokens": 2501}
+    assert "cache_write_1h_tokens must not exceed cache_write_tokens" in refused(too_many)
+
+
 def test_anthropic_messages_without_cache_fields() -> None:
     """The SDK writes the cache fields as null: the Anthropic shape. Without them
     (`exclude_none`) `input_tokens` alone is all input, nothing cached, and names
@@ -398,6 +433,21 @@ def converse_usage(usage: dict[str, Any]) -> dict[str, Any]:
 )
 def test_bedrock_converse(usage: dict[str, Any], expected: Expected) -> None:
     assert stored({**BASE, "usage": converse_usage(usage)}) == expected
+
+
+def test_bedrock_writes_by_ttl() -> None:
+    """The `cacheDetails` entries with `ttl` "1h" are the one-hour writes; none of
+    them: 0; no `cacheDetails`: not split."""
+    usage = {"inputTokens": 12, "outputTokens": 4, "totalTokens": 3316,
+             "cacheReadInputTokens": 3000, "cacheWriteInputTokens": 300}  # fmt: skip
+    details = [{"ttl": "1h", "inputTokens": 200}, {"ttl": "5m", "inputTokens": 100}]
+    assert (
+        one_hour_writes({**BASE, "usage": converse_usage({**usage, "cacheDetails": details})})
+        == 200
+    )
+    five = [{"ttl": "5m", "inputTokens": 300}]
+    assert one_hour_writes({**BASE, "usage": converse_usage({**usage, "cacheDetails": five})}) == 0
+    assert one_hour_writes({**BASE, "usage": converse_usage(usage)}) is None
 
 
 def test_bedrock_member_names_are_the_service_models() -> None:

@@ -188,15 +188,16 @@ def test_annotate_adds_the_profile_columns_in_row_order(profiles: Profiles) -> N
     assert out.schema["min_prompt_tokens"] == pl.Int64
     assert all(out.schema[c] == pl.Float64 for c in ("ttl_s", *PRICE_COLUMNS))
     assert out.drop(records().columns).rows() == [
-        (1024, 300.0, 2.5, 1.25, 2.5),
-        (256, 120.0, 0.10, 0.01, 0.10),
-        # It asked for an hour: its TTL, and the one-hour write price of the source.
-        (2000, 3600.0, 2.0, 0.3, 6.0),
+        (1024, 300.0, 2.5, 1.25, 2.5, 2.5),
+        (256, 120.0, 0.10, 0.01, 0.10, 0.10),
+        # It asked for an hour and does not split its writes by TTL: its TTL, and
+        # the one-hour write price of the source for all of them.
+        (2000, 3600.0, 2.0, 0.3, 6.0, 6.0),
         # OpenAI's "24h" retention arrives as cache_ttl_s; no one-hour write price.
-        (1024, 86400.0, 2.5, 1.25, 2.5),
+        (1024, 86400.0, 2.5, 1.25, 2.5, 2.5),
         # No profile: no minimum, no TTL whatever it asked, no prices.
-        (0, None, None, None, None),
-        (0, 60.0, None, None, None),
+        (0, None, None, None, None, None),
+        (0, 60.0, None, None, None, None),
     ]
     assert out["request_id"].to_list() == records()["request_id"].to_list()
 
@@ -324,3 +325,57 @@ def test_a_later_openai_model_without_a_listed_write_price_pays_the_documented_o
     earlier = load_profiles(None).resolve("gpt-5.4-nano", "openai")
     assert earlier is not None
     assert (earlier.ttl_s, earlier.write_usd_per_mtok) == (300.0, 2.0)
+
+
+def test_an_anthropic_record_with_both_ttls_is_priced_at_each_rate(tmp_path: Path) -> None:
+    """Issue 34, by hand: a record as Anthropic's usage gives it (2,000 of 2,500
+    writes to the one-hour cache) through ingest, the profiles (a rule with both
+    write prices) and the cost formulas; the same record without the split, as
+    stored before, keeps today's price (all its writes at the one-hour price)."""
+    from anthropic.types import Usage
+
+    from service.ingest.records import UsageRecordIn, to_row
+
+    path = tmp_path / "models.toml"
+    path.write_text(
+        '[[model]]\nmatch = "claude-sonnet-4-5*"\nprovider = "anthropic"\n'
+        "input_usd_per_mtok = 3.00\ncached_usd_per_mtok = 0.30\n"
+        "write_usd_per_mtok = 3.75\nwrite_1h_usd_per_mtok = 6.00\n",
+        encoding="utf-8",
+    )
+    usage = Usage.model_validate(
+        {"input_tokens": 12, "output_tokens": 40, "cache_read_input_tokens": 1000,
+         "cache_creation_input_tokens": 2500,
+         "cache_creation": {"ephemeral_5m_input_tokens": 500, "ephemeral_1h_input_tokens": 2000}}
+    ).model_dump()  # fmt: skip
+    record = {"request_id": "r", "ts": 1_764_400_000, "service": "s",
+              "model": "claude-sonnet-4-5", "usage": usage}  # fmt: skip
+    row = to_row(UsageRecordIn.model_validate(record), 0)
+    assert (row["cache_write_tokens"], row["cache_write_1h_tokens"], row["cache_ttl_s"]) == (
+        2500, 2000, 3600,
+    )  # fmt: skip
+    columns = ("model", "provider", "prompt_tokens", "cached_tokens", "cache_write_tokens",
+               "cache_write_1h_tokens", "cache_ttl_s")  # fmt: skip
+    frame = pl.DataFrame(
+        [[row[c] for c in columns], [*(row[c] for c in columns[:5]), None, 3600]],
+        schema=dict.fromkeys(columns[:2], pl.String)
+        | dict.fromkeys(columns[2:6], pl.Int64)
+        | {"cache_ttl_s": pl.Float64},
+        orient="row",
+    ).with_columns(rewarm_tokens=pl.lit(0))
+    costs = with_request_costs(load_profiles(path).annotate(frame))
+    split, unsplit = costs["spend_usd"].to_list()
+    # 12 uncached at $3, 1,000 read at $0.30, 500 five-minute writes at $3.75, 2,000
+    # one-hour writes at $6.
+    assert split == pytest.approx((12 * 3.00 + 1_000 * 0.30 + 500 * 3.75 + 2_000 * 6.00) / 1e6)
+    assert unsplit == pytest.approx((12 * 3.00 + 1_000 * 0.30 + 2_500 * 6.00) / 1e6)
+
+
+def test_a_rules_one_hour_write_price_is_checked_like_its_write_price(tmp_path: Path) -> None:
+    path = tmp_path / "models.toml"
+    path.write_text(
+        '[[model]]\nmatch = "m"\ncached_usd_per_mtok = 0.30\nwrite_1h_usd_per_mtok = 0.10\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(ModelsFileError, match="write price must not be below the cached price"):
+        load_profiles(path)
