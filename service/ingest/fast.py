@@ -57,7 +57,6 @@ from service.ingest.records import (
 from service.ingest.shapes import (
     DERIVED_COUNTS,
     DERIVED_FIELDS,
-    SPLIT_OF_WRITES,
     USAGE_KEYS,
     Invalid,
     request_ttl,
@@ -238,9 +237,7 @@ def _apply_usage(record: FastRecord, values: list[Any]) -> bool:
     if not objects:
         return True  # none: the others are ignored, like any unknown field
     key, usage = objects[0]
-    fields = usage_fields(usage, key, record.replica)
-    if record.cache_write_tokens is not UNSET:  # its split is of the usage's writes
-        fields.pop(SPLIT_OF_WRITES, None)
+    fields = usage_fields(usage, key, record.replica, record.cache_write_tokens is not UNSET)
     for name in DERIVED_FIELDS:
         if name in fields and getattr(record, name) is UNSET:
             value = fields[name]

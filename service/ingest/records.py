@@ -21,7 +21,6 @@ from pydantic import (
 from service.ingest.hashing import hash_key, pack_block_hashes
 from service.ingest.shapes import (
     REQUEST_OPTION_KEYS,
-    SPLIT_OF_WRITES,
     USAGE_KEYS,
     Invalid,
     request_ttl,
@@ -193,9 +192,9 @@ class UsageRecordIn(BaseModel):
         for key in USAGE_KEYS:
             usage = data.get(key)
             if isinstance(usage, dict):
-                derived = usage_fields(usage, key, data.get("replica"))
-                if "cache_write_tokens" in data:  # its split is of the usage's writes
-                    derived.pop(SPLIT_OF_WRITES, None)
+                derived = usage_fields(
+                    usage, key, data.get("replica"), "cache_write_tokens" in data
+                )
                 for name, value in derived.items():
                     if isinstance(value, Invalid) and name not in data:
                         raise ValueError(value.message)

@@ -52,8 +52,7 @@ OPENAI_DOMAIN = "openai.com"
 # Where a record carries its provider's usage object, in the order looked at: the
 # first holding an object is read, the others are ignored like unknown fields.
 USAGE_KEYS = ("usage", "usageMetadata", "usage_metadata")
-# The one-hour share of the usage's writes: not taken when the record gives its
-# own `cache_write_tokens` (a share of other writes).
+# The one-hour share of the usage's writes (`usage_fields`).
 SPLIT_OF_WRITES = "cache_write_1h_tokens"
 # The fields a usage object can give a record; fields on the record win over them.
 DERIVED_FIELDS = (
@@ -88,9 +87,20 @@ class Invalid:
     message: str
 
 
-def usage_fields(usage: dict[str, Any], key: str, replica: Any) -> dict[str, Any]:
+def usage_fields(
+    usage: dict[str, Any], key: str, replica: Any, own_writes: bool = False
+) -> dict[str, Any]:
     """The record fields the usage object `usage`, found under the record's `key`
-    (one of USAGE_KEYS), gives a record whose `replica` is this (None: none)."""
+    (one of USAGE_KEYS), gives a record whose `replica` is this (None: none) and
+    that gives its own `cache_write_tokens` or not (`own_writes`: then the usage's
+    one-hour share, of other writes, is not given)."""
+    fields = _usage_fields(usage, key, replica)
+    if own_writes:
+        fields.pop(SPLIT_OF_WRITES, None)
+    return fields
+
+
+def _usage_fields(usage: dict[str, Any], key: str, replica: Any) -> dict[str, Any]:
     if key != "usage":
         return _gemini(usage)
     if "prompt_cache_hit_tokens" in usage:

@@ -3,7 +3,7 @@ nothing here commits."""
 
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from itertools import chain
 from typing import Any, cast
 
@@ -80,12 +80,12 @@ def _insert_clickhouse(session: Session, ch: ClickHouse, values: Iterable[tuple[
     of concurrent requests go in as one insert, the lock taken by the leading
     request's session, and each request holds the ingest lock shared until its
     transaction ends, after its insert (the pass waits for it before reading the
-    highest id)."""
+    highest id). A caller that builds the rows concurrently with others announces
+    it (`usage_arriving`, as `ingest_usage` does), so that a leader waits for them."""
     ids = ids_of(session)
     ids.ready()  # its claim is a transaction of its own: before this one's locks
     group = _group_of(session)
-    with group.arriving() if group is not None else nullcontext():
-        batch = ch_records.usage_batch(values)  # built before the locks: it needs none
+    batch = ch_records.usage_batch(values)  # built before the locks: it needs none
     if batch is None:
         return 0
     if group is None:
