@@ -82,6 +82,11 @@ class UsageRecord(Base):
     # Of cache_write_tokens, those written to a one-hour cache (Anthropic's
     # ephemeral_1h_input_tokens); null: not split (docs/providers.md, "Prices").
     cache_write_1h_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    # The provider's own diagnosis of a miss, as it names it (Anthropic's
+    # cache_miss_reason.type, OpenAI's prompt_cache_diagnostics reason), and its
+    # estimate of the tokens missed; null: none (service.ingest.diagnoses).
+    provider_miss_reason: Mapped[str | None] = mapped_column(String(50))
+    provider_missed_tokens: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (
         Index("ix_usage_records_model_ts", "model", "ts_us", "id"),
@@ -375,6 +380,37 @@ class SegmentRollup(Base):
     __table_args__ = (
         UniqueConstraint("bucket_us", "model", "service", "scenario", "name", "hash"),
         Index("ix_segment_rollups_service_bucket", "service", "bucket_us"),
+    )
+
+
+class DiagnosisRollup(Base):
+    """Per hour and (service, model), the requests whose provider diagnosed a miss
+    itself (`usage_records.provider_miss_reason`), by the provider's reason and by
+    what cachewatch found for the same request (`verdict`, `segment`, `at_start`:
+    `service.diagnoses.verdicts`): their count, the provider's estimate of the
+    tokens missed, and their prompt and cached tokens. Read as the agreement of
+    the two (`service.diagnoses.agreement`). Rows merge by adding; hour grain."""
+
+    __tablename__ = "diagnosis_rollups"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    bucket_us: Mapped[int] = mapped_column(BigInteger)
+    service: Mapped[str] = mapped_column(String(100))
+    model: Mapped[str] = mapped_column(String(200))
+    reason: Mapped[str] = mapped_column(String(50))
+    verdict: Mapped[str] = mapped_column(String(30))
+    segment: Mapped[str] = mapped_column(String(60))
+    at_start: Mapped[bool] = mapped_column(Boolean)
+    requests: Mapped[int] = _count()
+    missed_tokens: Mapped[int] = _count()
+    prompt_tokens: Mapped[int] = _count()
+    cached_tokens: Mapped[int] = _count()
+
+    __table_args__ = (
+        UniqueConstraint(
+            "bucket_us", "model", "service", "reason", "verdict", "segment", "at_start"
+        ),
+        Index("ix_diagnosis_rollups_service_bucket", "service", "bucket_us"),
     )
 
 

@@ -79,6 +79,7 @@ TEXT_FIELDS: tuple[TextField, ...] = (
     _text_field("prefix_hash"),
     _text_field("provider"),
     _text_field("scenario"),
+    _text_field("provider_miss_reason"),
 )
 TEXT_FIELD_NAMES: tuple[str, ...] = tuple(field.name for field in TEXT_FIELDS)
 TEXT_FIELDS_BY_NAME: dict[str, TextField] = {field.name: field for field in TEXT_FIELDS}

@@ -319,8 +319,17 @@ USAGE_RECORD_SCHEMA: dict[str, Any] = {
         "prompt_cache_retention": {"enum": ["in_memory", "24h", None]},
         "prompt_cache_options": {
             "type": ["object", "null"],
-            "properties": {"mode": {"enum": ["implicit", "explicit"]}, "ttl": {"enum": ["30m"]}},
+            "properties": {
+                "mode": {"enum": ["implicit", "explicit"]},
+                "ttl": {"enum": ["30m", "12h"]},
+            },
         },
+        # The provider's own diagnosis of a miss, as sent (service.ingest.diagnoses),
+        # or its two fields given by the caller.
+        "diagnostics": {"type": ["object", "null"]},
+        "prompt_cache_diagnostics": {"type": ["object", "null"]},
+        "provider_miss_reason": _strings(TEXT_FIELDS_BY_NAME["provider_miss_reason"].max_length),
+        "provider_missed_tokens": {"type": ["integer", "null"], "minimum": 0},
         "provider": _strings(TEXT_FIELDS_BY_NAME["provider"].max_length),
         "scenario": _strings(TEXT_FIELDS_BY_NAME["scenario"].max_length),
         "attributes": {

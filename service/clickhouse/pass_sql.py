@@ -229,6 +229,8 @@ RECORD_COLUMNS = (
     "scenario",
     "tenant",
     "segments",
+    "provider_miss_reason",
+    "provider_missed_tokens",
 )
 
 

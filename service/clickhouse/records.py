@@ -165,6 +165,8 @@ _DTYPES: dict[str, pl.DataType] = {
     "provider": pl.String(),
     "scenario": pl.String(),
     "cache_write_1h_tokens": pl.Int64(),
+    "provider_miss_reason": pl.String(),
+    "provider_missed_tokens": pl.Int64(),
 }
 
 

@@ -42,6 +42,7 @@ import msgspec
 import orjson
 from msgspec import UNSET, Meta, UnsetType
 
+from service.ingest.diagnoses import MISSED, diagnosis_fields
 from service.ingest.hashing import hash_key, pack_block_hashes
 from service.ingest.records import (
     MAX_ATTRIBUTES,
@@ -131,6 +132,8 @@ class _Fields(msgspec.Struct, gc=False):
     provider: Annotated[str, _text("provider")] | UnsetType | None = UNSET
     scenario: Annotated[str, _text("scenario")] | None = None
     cache_write_1h_tokens: Count | UnsetType | None = UNSET
+    provider_miss_reason: Annotated[str, _text("provider_miss_reason")] | UnsetType | None = UNSET
+    provider_missed_tokens: Count | UnsetType | None = UNSET
 
 
 class _LineRecord(_Fields, forbid_unknown_fields=True):
@@ -142,6 +145,9 @@ class _LineRecord(_Fields, forbid_unknown_fields=True):
     # shapes.REQUEST_OPTION_KEYS
     prompt_cache_retention: Any = UNSET
     prompt_cache_options: Any = UNSET
+    # diagnoses.DIAGNOSIS_KEYS
+    diagnostics: Any = UNSET
+    prompt_cache_diagnostics: Any = UNSET
 
 
 class _ValueRecord(_Fields):
@@ -151,6 +157,9 @@ class _ValueRecord(_Fields):
     usage_metadata: Any = UNSET
     prompt_cache_retention: Any = UNSET
     prompt_cache_options: Any = UNSET
+    # diagnoses.DIAGNOSIS_KEYS
+    diagnostics: Any = UNSET
+    prompt_cache_diagnostics: Any = UNSET
 
 
 FastRecord = _LineRecord | _ValueRecord
@@ -183,7 +192,7 @@ def finish_line(record: _LineRecord) -> bool:
     """Apply a decoded line's raw usage object; False when orjson finds one is not
     JSON or a field it gives is invalid (the line then takes the fallback)."""
     if record.usage is UNSET and record.usageMetadata is UNSET and record.usage_metadata is UNSET:
-        return _apply_request_options(record)  # the common case: two checks
+        return _apply_request_options(record) and _apply_diagnosis(record)  # the common case
     values = []
     for key in USAGE_KEYS:
         raw = getattr(record, key)
@@ -195,7 +204,9 @@ def finish_line(record: _LineRecord) -> bool:
         except orjson.JSONDecodeError:
             return False  # the line is not JSON to orjson either
         setattr(record, key, UNSET)
-    return _apply_usage(record, values) and _apply_request_options(record)
+    return (
+        _apply_usage(record, values) and _apply_request_options(record) and _apply_diagnosis(record)
+    )
 
 
 def convert_value(value: dict[str, Any]) -> _ValueRecord | None:
@@ -206,7 +217,31 @@ def convert_value(value: dict[str, Any]) -> _ValueRecord | None:
         return None
     values = [getattr(record, key) for key in USAGE_KEYS]
     record.usage = record.usageMetadata = record.usage_metadata = UNSET
-    return record if _apply_usage(record, values) and _apply_request_options(record) else None
+    applied = _apply_usage(record, values) and _apply_request_options(record)
+    return record if applied and _apply_diagnosis(record) else None
+
+
+def _apply_diagnosis(record: FastRecord) -> bool:
+    """`UsageRecordIn._from_diagnosis`: the provider's own diagnosis of a miss,
+    where the record gives neither of its fields. False when it is not valid
+    (pydantic then says why)."""
+    anthropic, openai = record.diagnostics, record.prompt_cache_diagnostics
+    if anthropic is UNSET and openai is UNSET:
+        return True
+    record.diagnostics = record.prompt_cache_diagnostics = UNSET
+    if record.provider_miss_reason is not UNSET or record.provider_missed_tokens is not UNSET:
+        return True
+    fields = diagnosis_fields(
+        None if anthropic is UNSET else anthropic, None if openai is UNSET else openai
+    )
+    if isinstance(fields, Invalid):
+        return False
+    missed = fields.get(MISSED)
+    if missed is not None and missed > MAX_TOKENS:
+        return False
+    for name, value in fields.items():
+        setattr(record, name, value)
+    return True
 
 
 def _apply_request_options(record: FastRecord) -> bool:
@@ -276,6 +311,11 @@ def record_values(
         one_hour = None
     elif one_hour is not None and one_hour > cache_write_tokens:
         return None
+    miss_reason, missed = record.provider_miss_reason, record.provider_missed_tokens
+    if miss_reason is UNSET:
+        miss_reason = None
+    if missed is UNSET:
+        missed = None
     completion_tokens = record.completion_tokens
     if completion_tokens is UNSET:
         completion_tokens = None
@@ -303,6 +343,7 @@ def record_values(
         or (prefix_hash is not None and "\x00" in prefix_hash)
         or (provider is not None and "\x00" in provider)
         or (scenario is not None and "\x00" in scenario)
+        or (miss_reason is not None and "\x00" in miss_reason)
     ):
         return None
     block_size, block_hashes = record.block_size, record.block_hashes
@@ -375,6 +416,8 @@ def record_values(
         provider,
         scenario,
         one_hour,
+        miss_reason,
+        missed,
     )
     if segments is None and attributes is None:
         return row  # no JSON to write as text (most records): no call

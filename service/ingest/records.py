@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from service.ingest.diagnoses import DIAGNOSIS_FIELDS, DIAGNOSIS_KEYS, diagnosis_fields
 from service.ingest.hashing import hash_key, pack_block_hashes
 from service.ingest.shapes import (
     REQUEST_OPTION_KEYS,
@@ -181,6 +182,8 @@ class UsageRecordIn(BaseModel):
     provider: Annotated[StrictStr, _text("provider")] | None = None
     scenario: Annotated[StrictStr, _text("scenario")] | None = None
     cache_write_1h_tokens: Count | None = None
+    provider_miss_reason: Annotated[StrictStr, _text("provider_miss_reason")] | None = None
+    provider_missed_tokens: Count | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -198,8 +201,8 @@ class UsageRecordIn(BaseModel):
                 for name, value in derived.items():
                     if isinstance(value, Invalid) and name not in data:
                         raise ValueError(value.message)
-                return _from_request_options({**derived, **data})
-        return _from_request_options(data)
+                return _from_diagnosis(_from_request_options({**derived, **data}))
+        return _from_diagnosis(_from_request_options(data))
 
     @model_validator(mode="after")
     def _check_consistency(self, info: ValidationInfo) -> "UsageRecordIn":
@@ -238,6 +241,18 @@ def _from_request_options(data: dict[str, Any]) -> dict[str, Any]:
     if isinstance(ttl, Invalid):
         raise ValueError(ttl.message)
     return data if ttl is None else {**data, "cache_ttl_s": ttl}
+
+
+def _from_diagnosis(data: dict[str, Any]) -> dict[str, Any]:
+    """`provider_miss_reason` and `provider_missed_tokens` from the provider's own
+    diagnosis on the record (`diagnoses.diagnosis_fields`), where the record gives
+    neither."""
+    if not any(k in data for k in DIAGNOSIS_KEYS) or any(k in data for k in DIAGNOSIS_FIELDS):
+        return data
+    fields = diagnosis_fields(*(data.get(k) for k in DIAGNOSIS_KEYS))
+    if isinstance(fields, Invalid):
+        raise ValueError(fields.message)
+    return {**data, **fields} if fields else data
 
 
 def received_context(received_us: int) -> dict[str, int]:

@@ -140,8 +140,8 @@ _OPTION_TTL = re.compile(r"([1-9][0-9]{0,3})([mh])")
 
 def request_ttl(retention: Any, options: Any) -> int | Invalid | None:
     """The cache lifetime (seconds) OpenAI's request parameters ask for, None for
-    the model's default: `prompt_cache_options.ttl` ("30m", the only value today;
-    any "<n>m" or "<n>h") where given, else `prompt_cache_retention`. Absent or null
+    the model's default: `prompt_cache_options.ttl` ("30m", the default, or
+    "12h"; any "<n>m" or "<n>h") where given, else `prompt_cache_retention`. Absent or null
     parameters ask for nothing; a value OpenAI would refuse is Invalid."""
     ttl = options.get("ttl") if isinstance(options, dict) else None
     if options is not None and not isinstance(options, dict):

@@ -48,6 +48,8 @@ USAGE_FRAME_SCHEMA: dict[str, Any] = {
     "prefix_tokens": pl.Int64,
     "cache_write_tokens": pl.Int64,
     "cache_write_1h_tokens": pl.Int64,
+    "provider_miss_reason": pl.Utf8,
+    "provider_missed_tokens": pl.Int64,
     "cache_ttl_s": pl.Float64,
     "provider": pl.Utf8,
     "scenario": pl.Utf8,

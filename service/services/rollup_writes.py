@@ -13,10 +13,11 @@ from sqlalchemy.orm import Session
 from service import repository
 from service.analytics.definitions import SUM_COLUMNS
 from service.repository import analytics as analytics_repo
+from service.repository import diagnoses as diagnoses_repo
 from service.repository import groups as groups_repo
 from service.repository import segments as segments_repo
 from service.repository import series as series_repo
-from service.rollups import aggregate, groups, segments
+from service.rollups import aggregate, diagnoses, groups, segments
 from service.services import chart_rollups
 from service.settings import Settings
 from service.timeunits import HOUR_US as _HOUR_US
@@ -40,6 +41,7 @@ def replace_rollups_from(
     (those before `from_us` are only context and are left out)."""
     repository.delete_rollups_from(session, from_us)
     segments_repo.delete_segment_rollups_from(session, from_us)
+    diagnoses_repo.delete_diagnosis_rollups(session, from_us)
     # Rebuilt rows keep each hour's busiest values (`add_to_rollups` ranks whole
     # hours): nothing of them is left for the compaction of older rows.
     groups_repo.delete_group_rollups(session, from_us)
@@ -68,6 +70,7 @@ def replace_span(
     daily prefix rows and chart rows overlapping the span are rebuilt from their
     finer rows."""
     analytics_repo.delete_span_rollups(session, from_us, to_us)
+    diagnoses_repo.delete_diagnosis_rollups(session, from_us, to_us)
     groups_repo.delete_group_rollups(session, from_us, to_us)
     if not results.is_empty():
         joined = aggregate.join_results(records, results)
@@ -81,6 +84,7 @@ def replace_span(
             repository.insert_rollups(session, repository.PREFIX_TABLE, prefix)
         segment_rows = segments.compact(segments.segment_sums(joined), to_us)
         segments_repo.insert_segment_rollups(session, segment_rows)
+        diagnoses_repo.insert_diagnosis_rollups(session, diagnoses.diagnosis_sums(joined))
         group_rows = groups.whole_hours_rows(joined, settings.group_values_kept)
         groups_repo.insert_group_rollups(session, group_rows)
     series_repo.rebuild_prefix_days(session, from_us, to_us)
@@ -105,6 +109,7 @@ def add_to_rollups(
     first_bucket_us = int(joined["ts_us"].min())  # type: ignore[arg-type]
     tail_us = first_bucket_us if segments_from_us is None else segments_from_us
     _add_to_segment_rollups(session, joined, min(first_bucket_us, tail_us))
+    _add_to_diagnosis_rollups(session, joined, first_bucket_us)
     first_minute = (first_bucket_us // 60_000_000) * 60_000_000
     compacted_from = _add_to_group_rollups(session, joined, first_minute, group_values_kept)
     for grain in GRAINS_S:
@@ -191,3 +196,15 @@ def _add_to_segment_rollups(session: Session, joined: pl.DataFrame, from_us: int
     newest_hour = (int(joined["ts_us"].max()) // _HOUR_US) * _HOUR_US  # type: ignore[arg-type]
     merged = segments.compact(segments.capped(tail, batch), newest_hour)
     segments_repo.insert_segment_rollups(session, merged)
+
+
+def _add_to_diagnosis_rollups(session: Session, joined: pl.DataFrame, from_us: int) -> None:
+    """The batch's diagnosed requests merged into the diagnosis rollups from the
+    hour of `from_us` on (`service.rollups.diagnoses`); nothing is read or written
+    for a batch without one."""
+    batch = diagnoses.diagnosis_sums(joined)
+    if batch.is_empty():
+        return
+    start = (from_us // _HOUR_US) * _HOUR_US
+    tail = diagnoses_repo.take_diagnosis_rollups(session, start)
+    diagnoses_repo.insert_diagnosis_rollups(session, diagnoses.merge([tail, batch]))

@@ -1,0 +1,50 @@
+"""Per-request verdicts of diagnosed requests (`service.diagnoses.verdicts`) ->
+the diagnosis rollups (`service.models.DiagnosisRollup`): per hour, (service,
+model), the provider's reason and cachewatch's verdict, segment and `at_start`,
+their counts summed. Rows merge by adding, like every rollup. The keys are few
+by construction: a reason is one of a provider's dozen (an unknown one is kept
+as sent, at most 50 characters), a verdict one of ten, a segment a join of at
+most five classes."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from service.diagnoses.verdicts import verdicts
+from service.timeunits import HOUR_US
+
+KEYS = ["bucket_us", "service", "model", "reason", "verdict", "segment", "at_start"]
+COUNTS = ["requests", "missed_tokens", "prompt_tokens", "cached_tokens"]
+SCHEMA: dict[str, pl.DataType] = {
+    "bucket_us": pl.Int64(),
+    "service": pl.String(),
+    "model": pl.String(),
+    "reason": pl.String(),
+    "verdict": pl.String(),
+    "segment": pl.String(),
+    "at_start": pl.Boolean(),
+    **{c: pl.Int64() for c in COUNTS},
+}
+
+
+def empty() -> pl.DataFrame:
+    return pl.DataFrame(schema=SCHEMA)
+
+
+def diagnosis_sums(joined: pl.DataFrame) -> pl.DataFrame:
+    """The rollup rows of a batch of records joined with their results."""
+    found = verdicts(joined)
+    if found.is_empty():
+        return empty()
+    rows = found.with_columns(
+        (pl.col("ts_us") // HOUR_US * HOUR_US).alias("bucket_us"), pl.lit(1).alias("requests")
+    )
+    return merge([rows])
+
+
+def merge(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """Rows of the same key added up (the tail taken back, and a batch)."""
+    rows = pl.concat([f.select(list(SCHEMA)).cast(SCHEMA) for f in frames])  # type: ignore[arg-type]
+    if rows.is_empty():
+        return empty()
+    return rows.group_by(KEYS).agg([pl.col(c).sum().cast(pl.Int64) for c in COUNTS]).sort(KEYS)
