@@ -386,8 +386,9 @@ class SegmentRollup(Base):
 class DiagnosisRollup(Base):
     """Per hour and (service, model), the requests whose provider diagnosed a miss
     itself (`usage_records.provider_miss_reason`), by the provider's reason and by
-    what cachewatch found for the same request (`verdict`, `segment`, `at_start`:
-    `service.diagnoses.verdicts`): their count, the provider's estimate of the
+    what cachewatch found for the same request (`verdict`, `segment`:
+    `service.diagnoses.verdicts`) and whether it rewrote its session's history
+    (contract section 4's rule): their count, the provider's estimate of the
     tokens missed, and their prompt and cached tokens. Read as the agreement of
     the two (`service.diagnoses.agreement`). Rows merge by adding; hour grain."""
 
@@ -400,7 +401,7 @@ class DiagnosisRollup(Base):
     reason: Mapped[str] = mapped_column(String(50))
     verdict: Mapped[str] = mapped_column(String(30))
     segment: Mapped[str] = mapped_column(String(60))
-    at_start: Mapped[bool] = mapped_column(Boolean)
+    history_rewrite: Mapped[bool] = mapped_column(Boolean)
     requests: Mapped[int] = _count()
     missed_tokens: Mapped[int] = _count()
     prompt_tokens: Mapped[int] = _count()
@@ -408,7 +409,13 @@ class DiagnosisRollup(Base):
 
     __table_args__ = (
         UniqueConstraint(
-            "bucket_us", "model", "service", "reason", "verdict", "segment", "at_start"
+            "bucket_us",
+            "model",
+            "service",
+            "reason",
+            "verdict",
+            "segment",
+            "history_rewrite",
         ),
         Index("ix_diagnosis_rollups_service_bucket", "service", "bucket_us"),
     )

@@ -32,7 +32,7 @@ def upgrade() -> None:
         sa.Column("reason", sa.String(length=50), nullable=False),
         sa.Column("verdict", sa.String(length=30), nullable=False),
         sa.Column("segment", sa.String(length=60), nullable=False),
-        sa.Column("at_start", sa.Boolean(), nullable=False),
+        sa.Column("history_rewrite", sa.Boolean(), nullable=False),
         sa.Column("requests", sa.BigInteger(), nullable=False),
         sa.Column("missed_tokens", sa.BigInteger(), nullable=False),
         sa.Column("prompt_tokens", sa.BigInteger(), nullable=False),
@@ -45,7 +45,7 @@ def upgrade() -> None:
             "reason",
             "verdict",
             "segment",
-            "at_start",
+            "history_rewrite",
             name=op.f("uq_diagnosis_rollups_bucket_us"),
         ),
     )

@@ -120,6 +120,12 @@ RESULT_SCHEMA: dict[str, pl.DataType] = {
     # (null when not a rewarm): the pause the expiry finding weighs against the TTL.
     "rewarm_gap_us": pl.Int64(),
     "history_rewrite": pl.Boolean(),
+    # The leading blocks shared with the session's previous request, counted up to
+    # the rewrite rule's k (`service.analytics.sessions`); null unless both have
+    # blocks. A rewrite's first block that differs from that request's.
+    "session_common_blocks": pl.Int64(),
+    # The session's previous request was sent to another model.
+    "session_model_changed": pl.Boolean(),
     # No session_id, or the first request of its session (contract section 5).
     "is_opening": pl.Boolean(),
     "is_hit": pl.Boolean(),
@@ -173,7 +179,9 @@ def compute_request_metrics(
         raise LateRecordsError(plan)
 
     reuse = _reuse(req, ts, ids, state, w_us)
-    rewrite, opening, sessions = session_history(req, ts, ids, reuse.flat, reuse.counts, state)
+    rewrite, opening, shared, switched, sessions = session_history(
+        req, ts, ids, reuse.flat, reuse.counts, state
+    )
 
     has_blocks = reuse.counts > 0
     first_block = (
@@ -194,6 +202,8 @@ def compute_request_metrics(
         gap_us=reuse.gap_us,
         rewrite=rewrite,
         opening=opening,
+        shared=shared,
+        switched=switched,
     )
     new_state = ReuseState(
         window_us=w_us,
@@ -218,6 +228,8 @@ def results_frame(
     gap_us: I64,
     rewrite: Bools,
     opening: Bools,
+    shared: I64,
+    switched: Bools,
 ) -> pl.DataFrame:
     """The RESULT_SCHEMA frame from the per-request arrays (request order of `req`,
     whose prompt_tokens, cached_tokens and prefix_key it reads). `cause` holds the
@@ -244,6 +256,8 @@ def results_frame(
             "rewarm_cause": names,
             "rewarm_gap_us": gap_us,
             "history_rewrite": rewrite,
+            "session_common_blocks": shared,
+            "session_model_changed": switched,
             "is_opening": opening,
             "is_hit": is_hit(cached, prompt),
             "first_key": first_key,
@@ -256,6 +270,7 @@ def results_frame(
             for c in ("first_key", "first_key_is_prefix")
         ],
         pl.when(pl.col("is_rewarm")).then(pl.col("rewarm_gap_us")).otherwise(None),
+        pl.when(pl.col("session_common_blocks") >= 0).then(pl.col("session_common_blocks")),
     )
 
 

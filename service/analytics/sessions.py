@@ -41,14 +41,20 @@ def session_history(
     flat: I64,
     counts: I64,
     state: ReuseState,
-) -> tuple[Bools, Bools, pl.DataFrame]:
-    """history_rewrite and is_opening per request, and the sessions' latest requests.
+) -> tuple[Bools, Bools, I64, Bools, pl.DataFrame]:
+    """history_rewrite, is_opening, the blocks shared with the session's previous
+    request and whether that request had another model, per request, and the
+    sessions' latest requests.
 
     Rewrite: the leading blocks in common with the previous request of the session
     cover less than 90% of that request's full blocks, i.e. common < k with
-    k = ceil(0.9 * full); only the first k blocks need comparing."""
+    k = ceil(0.9 * full); only the first k blocks need comparing. `shared`: that
+    count, min(common, k), where both requests have blocks; -1 elsewhere (a
+    rewrite's first differing block is its block `shared`)."""
     n = req.height
     rewrite = np.zeros(n, dtype=np.bool_)
+    shared = np.full(n, -1, dtype=np.int64)
+    switched = np.zeros(n, dtype=np.bool_)
     # Only the sessions of this batch take part; the others are kept as they are.
     batch_sessions = req["session_id"].drop_nulls().unique().implode()
     active = state.sessions["session_id"].is_in(batch_sessions).fill_null(False)
@@ -61,6 +67,8 @@ def session_history(
     # requests; ordered by (session, ts, id) so each item's predecessor is its
     # session's previous request.
     item_sess = np.concatenate([sess_state, sess_req[in_session]])
+    model_state, model_req = codes(old["model"], req["model"])
+    item_model = np.concatenate([model_state, model_req[in_session]])
     item_ts = np.concatenate([old["ts_us"].to_numpy(), ts[in_session]]).astype(np.int64)
     item_id = np.concatenate([old["id"].to_numpy(), ids[in_session]]).astype(np.int64)
     item_prompt = np.concatenate(
@@ -79,6 +87,10 @@ def session_history(
     opening = np.ones(n, dtype=np.bool_)
     followers = cur[cur >= n_old]
     opening[in_session[followers - n_old]] = False
+    # A switch: the session's previous request was sent to another (known) model.
+    leaders = prev[cur >= n_old]
+    known = (item_model[followers] >= 0) & (item_model[leaders] >= 0)
+    switched[in_session[followers - n_old]] = known & (item_model[followers] != item_model[leaders])
     # Only batch requests with blocks, after a previous request with blocks.
     judged = (cur >= n_old) & (item_nb[cur] > 0) & (item_nb[prev] > 0)
     cur, prev = cur[judged], prev[judged]
@@ -98,10 +110,11 @@ def session_history(
         common[start:stop] = leading_true(hashes[a] == hashes[b], offsets_of(mm), mm)
         start = stop
     rewrite[in_session[cur - n_old]] = common < need
+    shared[in_session[cur - n_old]] = common
 
     # Each session's latest item becomes its remembered request.
     last = order[np.append(~same[1:], True)] if len(order) else order
     sess_rows = req.filter(pl.col("session_id").is_not_null()).select(list(SESSION_SCHEMA))
     items = pl.concat([old, sess_rows.cast(pl.Schema(SESSION_SCHEMA))])
     sessions = pl.concat([idle, items[np.sort(last)]])
-    return rewrite, opening, sessions
+    return rewrite, opening, shared, switched, sessions

@@ -92,6 +92,9 @@ SESSION_SCHEMA: dict[str, pl.DataType] = {
     "prompt_tokens": pl.Int64(),
     "block_size": pl.Int64(),
     "block_hashes": pl.Binary(),
+    # The model it was sent to: whether the next request of the session switched.
+    # Null in a state saved before this column (that request's switch is unknown).
+    "model": pl.String(),
 }
 
 _MAGIC = b"CWRS1"
@@ -202,7 +205,14 @@ class ReuseState:
             (size,) = struct.unpack_from("<Q", blob, pos)
             pos += 8
             frame = pl.read_ipc(io.BytesIO(blob[pos : pos + size]))
-            frames.append(frame.select([pl.col(c).cast(t) for c, t in schema.items()]))
+            frames.append(
+                frame.select(
+                    [
+                        (pl.col(c) if c in frame.columns else pl.lit(None)).cast(t).alias(c)
+                        for c, t in schema.items()
+                    ]
+                )
+            )
             pos += size
         watermark = meta["watermark"]
         return cls(

@@ -16,6 +16,7 @@ from service.api.errors import install_error_handlers
 from service.api.routers import (
     alerts,
     dashboard,
+    diagnoses,
     events,
     findings,
     groups,
@@ -97,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             rejected,
             metrics,
             findings,
+            diagnoses,
             groups,
             regressions,
             alerts,

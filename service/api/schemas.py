@@ -399,6 +399,37 @@ class GroupOut(BaseModel):
     ttft_ms: dict[str, dict[str, float | None]]
 
 
+class FoundOut(BaseModel):
+    """What cachewatch found for some of a provider reason's requests."""
+
+    found: str
+    requests: int
+    agrees: bool
+
+
+class ReasonOut(BaseModel):
+    """One provider reason: its requests, the provider's estimate of the tokens
+    missed, and how many cachewatch put under the same cause and segment (`kind`
+    `compared` only; the others are listed, never counted)."""
+
+    reason: str
+    kind: str
+    requests: int
+    missed_tokens: int
+    agreed: int
+    share: float | None
+    cachewatch: list[FoundOut]
+
+
+class DiagnosesOut(BaseModel):
+    """The providers' own miss diagnoses of a range beside cachewatch's."""
+
+    compared: int
+    agreed: int
+    share: float | None
+    reasons: list[ReasonOut]
+
+
 class FindingOut(BaseModel):
     """A finding (contract section 5b): an anti-pattern present in the range."""
 

@@ -46,6 +46,7 @@ _PASS_SCHEMA: dict[str, pl.DataType] = {
     "s_prev_bs": pl.Int64(),
     "s_prev_blocks": pl.Int64(),
     "s_common": pl.Int64(),
+    "s_switched": pl.Int64(),
 }
 
 #: What `blocks_sql` gives per request with blocks (0 for a request without).
@@ -112,7 +113,7 @@ def _results(ch: ClickHouse, scope: Scope, rows: pl.DataFrame) -> pl.DataFrame:
     gaps = np.zeros(rows.height, dtype=np.int64)
     if len(rw):
         cause[rw], gaps[rw] = _causes(ch, scope, rows.filter(pl.Series(is_rewarm)), rw, rows)
-    rewrite, opening = _sessions(rows, counts)
+    rewrite, opening, shared, switched = _sessions(rows, counts)
     return results_frame(
         rows,
         ids=ids,
@@ -126,6 +127,8 @@ def _results(ch: ClickHouse, scope: Scope, rows: pl.DataFrame) -> pl.DataFrame:
         gap_us=gaps,
         rewrite=rewrite,
         opening=opening,
+        shared=shared,
+        switched=switched,
     )
 
 
@@ -163,11 +166,17 @@ def _causes(
     return cause, gap
 
 
-def _sessions(rows: pl.DataFrame, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """history_rewrite and is_opening (service.analytics.sessions' definitions)."""
+def _sessions(
+    rows: pl.DataFrame, counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """history_rewrite, is_opening, the shared blocks and the model switches
+    (service.analytics.sessions' definitions: `s_common` counts up to the shorter
+    request, the pass up to k)."""
     in_session = rows["session_id"].is_not_null().to_numpy()
     has_prev = in_session & (ints(rows["s_has_prev"]) > 0)
     need = rewrite_need(ints(rows["s_prev_prompt"]), ints(rows["s_prev_bs"]))
     judged = has_prev & (counts > 0) & (ints(rows["s_prev_blocks"]) > 0)
-    rewrite = judged & (ints(rows["s_common"]) < need)
-    return rewrite, ~has_prev
+    common = ints(rows["s_common"])
+    rewrite = judged & (common < need)
+    switched = has_prev & (ints(rows["s_switched"]) > 0)
+    return rewrite, ~has_prev, np.where(judged, np.minimum(common, need), -1), switched

@@ -29,12 +29,12 @@ def _new(after_id: int, high_id: int) -> str:
 
 
 def session_requests_sql(after_id: int, high_id: int) -> str:
-    columns = "session_id, ts_us, id, version, rid, prompt_tokens, block_size, block_hashes"
+    columns = "session_id, ts_us, id, version, rid, prompt_tokens, block_size, block_hashes, model"
     return f"""
 INSERT INTO session_requests ({columns})
 SELECT assumeNotNull(session_id) AS session_id, ts_us, id, version,
        cityHash64(request_id) AS rid, prompt_tokens, ifNull(block_size, 0) AS block_size,
-       block_hashes
+       block_hashes, model
 FROM usage_records
 WHERE {_new(after_id, high_id)} AND isNotNull(session_id)"""
 

@@ -292,7 +292,7 @@ FROM pass_uses WHERE kind = 1"""
 
 
 #: The predecessor of a session's first request: (id, ts, prompt, block size, blocks).
-_NO_REQUEST = "(toInt64(0), toInt64(0), toInt64(0), toInt64(0), emptyArrayInt64())"
+_NO_REQUEST = "(toInt64(0), toInt64(0), toInt64(0), toInt64(0), emptyArrayInt64(), '')"
 
 
 def _sessions(scope: Scope) -> str:
@@ -310,9 +310,11 @@ def _sessions(scope: Scope) -> str:
 SELECT s_id AS id, toUInt8(j > 1) AS s_has_prev,
        tupleElement(prev, 3) AS s_prev_prompt, tupleElement(prev, 4) AS s_prev_bs,
        toInt64(length(tupleElement(prev, 5))) AS s_prev_blocks,
-       if(first_diff = 0, toInt64(m), toInt64(first_diff) - 1) AS s_common
+       if(first_diff = 0, toInt64(m), toInt64(first_diff) - 1) AS s_common, s_switched
 FROM (
     SELECT j, s_id, s_ts, prev, m,
+           toUInt8(j > 1 AND tupleElement(prev, 6) != ''
+                   AND tupleElement(prev, 6) != tupleElement(cur, 6)) AS s_switched,
            arrayFirstIndex((a, b) -> a != b,
                            arraySlice(tupleElement(cur, 5), 1, m),
                            arraySlice(tupleElement(prev, 5), 1, m)) AS first_diff
@@ -322,13 +324,13 @@ FROM (
         FROM (
             SELECT arraySort(x -> (tupleElement(x, 2), tupleElement(x, 1)), groupArray(r)) AS s
             FROM (
-                SELECT session_id, (id, ts_us, prompt_tokens, block_size, block_hashes) AS r
+                SELECT session_id, (id, ts_us, prompt_tokens, block_size, block_hashes, model) AS r
                 FROM session_requests
                 WHERE {scope.in_range()} AND {sessions}
                 LIMIT 1 BY session_id, id
                 UNION ALL
                 SELECT session_id,
-                       argMax((id, ts_us, prompt_tokens, block_size, block_hashes),
+                       argMax((id, ts_us, prompt_tokens, block_size, block_hashes, model),
                               (ts_us, id)) AS r
                 FROM session_requests
                 WHERE ts_us < {int(scope.from_us)} AND id <= {high} AND {sessions}

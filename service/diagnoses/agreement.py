@@ -84,9 +84,7 @@ def agreement(counts: pl.DataFrame) -> Agreement:
     for row in counts.iter_rows(named=True):
         reason, n = row["reason"], int(row["requests"])
         expected = EXPECTED.get(reason)
-        agrees = expected is not None and expected.agrees(
-            row["verdict"], row["segment"], bool(row["at_start"])
-        )
+        agrees = expected is not None and expected.agrees(row["verdict"], row["segment"])
         tally = per.setdefault(reason, {}).setdefault(label(row["verdict"], row["segment"]), [0, 0])
         tally[0] += n
         tally[1] += n if agrees else 0

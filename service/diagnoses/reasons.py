@@ -3,11 +3,12 @@ one home for the mapping (docs/providers.md has the table and its sources).
 
 cachewatch's side is a request's `verdict` (`service.diagnoses.verdicts`): a
 rewarm's cause under the regression's names (`cold_fanout`, `expiry`, ...), or
+`model_switch` (the session's previous request went to another model),
 `history_rewrite`, `prefix_instability` (the prompt's start changed before its
 messages), `none` (the start was reused; what follows is new), `unfingerprinted`
 (no hashes: cachewatch cannot say). With it the segment classes the change lies
-in (`SEGMENT_CLASSES`, joined by "+" when the first unseen block straddles two)
-and whether nothing of the prompt was reusable (`at_start`).
+in (`SEGMENT_CLASSES`, joined by "+" when the first differing block straddles
+two).
 """
 
 from __future__ import annotations
@@ -17,12 +18,22 @@ from dataclasses import dataclass
 #: A request segment's class, by the name the fingerprint gives it
 #: (`service.fingerprint.parts`): OpenAI's `instructions` and every system turn
 #: are rendered into `system`; each turn after is a `message[i]`.
-SEGMENT_CLASSES = ("tools", "response_format", "system", "messages", "other")
+MESSAGES = "messages"
+SEGMENT_CLASSES = ("tools", "response_format", "system", MESSAGES, "other")
 MESSAGE_PREFIX = "message["
 #: Joins the classes of a straddling block's segments, in the prompt's order.
 SEGMENT_JOIN = "+"
 
+
+def segment_class(name: str) -> str:
+    """The class of a segment name."""
+    if name.startswith(MESSAGE_PREFIX):
+        return MESSAGES
+    return name if name in SEGMENT_CLASSES else "other"
+
+
 #: cachewatch's verdicts besides the rewarm causes.
+MODEL_SWITCH = "model_switch"
 PREFIX_CHANGED = "prefix_instability"
 HISTORY_REWRITE = "history_rewrite"
 NOTHING_LOST = "none"
@@ -33,15 +44,14 @@ UNFINGERPRINTED = "unfingerprinted"
 class Expectation:
     """What cachewatch must have found for a request to agree with the provider's
     reason: one of `verdicts`, and (when `segments` is given) one of those classes
-    among the verdict's segments; `at_start`: nothing of the prompt reusable."""
+    among the verdict's segments."""
 
     verdicts: frozenset[str]
     segments: frozenset[str] | None
     meaning: str
-    at_start: bool = False
 
-    def agrees(self, verdict: str, segment: str, at_start: bool) -> bool:
-        if verdict not in self.verdicts or (self.at_start and not at_start):
+    def agrees(self, verdict: str, segment: str) -> bool:
+        if verdict not in self.verdicts:
             return False
         found = set(segment.split(SEGMENT_JOIN)) if segment else set()
         return self.segments is None or bool(found & self.segments)
@@ -61,15 +71,12 @@ _IN_MESSAGES = (HISTORY_REWRITE, NOTHING_LOST)
 EXPECTED: dict[str, Expectation] = {
     "system_changed": _change("system"),
     "tools_changed": _change("tools"),
-    "messages_changed": _change("messages", also=_IN_MESSAGES),
-    "context_compacted": _change("messages", also=_IN_MESSAGES),
+    "messages_changed": _change(MESSAGES, also=_IN_MESSAGES),
+    "context_compacted": _change(MESSAGES, also=_IN_MESSAGES),
     "text_format_changed": _change("response_format"),
-    "input_changed": _change("system", "messages", also=_IN_MESSAGES),
+    "input_changed": _change("system", MESSAGES, also=_IN_MESSAGES),
     "model_changed": Expectation(
-        frozenset((PREFIX_CHANGED,)),
-        None,
-        "nothing of the prompt reusable (the model's cache is its own)",
-        at_start=True,
+        frozenset((MODEL_SWITCH,)), None, "the session's previous request on another model"
     ),
     "prompt_cache_key_changed": Expectation(
         frozenset(("routing", "unknown")),

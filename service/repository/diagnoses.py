@@ -53,7 +53,7 @@ def diagnosis_counts(
     to_us: int | None = None,
 ) -> pl.DataFrame:
     """The rows of [from_us, to_us) summed over their hours, per (service, model,
-    reason, verdict, segment, at_start); `services`/`models`: only those."""
+    reason, verdict, segment, history_rewrite); `services`/`models`: only those."""
     c = DIAGNOSIS_TABLE.c
     where: list[Any] = []
     if services is not None:

@@ -1,9 +1,11 @@
 """Per-request verdicts of diagnosed requests (`service.diagnoses.verdicts`) ->
 the diagnosis rollups (`service.models.DiagnosisRollup`): per hour, (service,
-model), the provider's reason and cachewatch's verdict, segment and `at_start`,
-their counts summed. Rows merge by adding, like every rollup. The keys are few
-by construction: a reason is one of a provider's dozen (an unknown one is kept
-as sent, at most 50 characters), a verdict one of ten, a segment a join of at
+model), the provider's reason, cachewatch's verdict and segment, and whether the
+request rewrote its session's history by contract section 4's rule (the
+`history_rewrite` finding's requests, whatever their verdict), their counts
+summed. Rows merge by adding, like every rollup. The keys are few by
+construction: a reason is one of a provider's dozen (an unknown one is kept as
+sent, at most 50 characters), a verdict one of eleven, a segment a join of at
 most five classes."""
 
 from __future__ import annotations
@@ -13,7 +15,15 @@ import polars as pl
 from service.diagnoses.verdicts import verdicts
 from service.timeunits import HOUR_US
 
-KEYS = ["bucket_us", "service", "model", "reason", "verdict", "segment", "at_start"]
+KEYS = [
+    "bucket_us",
+    "service",
+    "model",
+    "reason",
+    "verdict",
+    "segment",
+    "history_rewrite",
+]
 COUNTS = ["requests", "missed_tokens", "prompt_tokens", "cached_tokens"]
 SCHEMA: dict[str, pl.DataType] = {
     "bucket_us": pl.Int64(),
@@ -22,7 +32,7 @@ SCHEMA: dict[str, pl.DataType] = {
     "reason": pl.String(),
     "verdict": pl.String(),
     "segment": pl.String(),
-    "at_start": pl.Boolean(),
+    "history_rewrite": pl.Boolean(),
     **{c: pl.Int64() for c in COUNTS},
 }
 

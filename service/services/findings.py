@@ -33,6 +33,7 @@ from service.profiles import Profile, Profiles, profiles_for
 from service.repository import dashboard as dashboard_repo
 from service.repository import findings as findings_repo
 from service.repository import segments as segments_repo
+from service.services.diagnoses import with_provider_evidence
 from service.settings import Settings
 from service.timeunits import HOUR_US as _HOUR_US
 
@@ -92,6 +93,7 @@ def findings(
     ]
     days = max(s.days for s in scopes)
     missing = _missing(scopes, replicas, had_ttft, frames.spans)
+    found = with_provider_evidence(session, found, start, to_us)
     return FindingsResult(worst_first(found), missing, days)
 
 

@@ -18,6 +18,7 @@ from service.models import ChangeEvent, Regression
 from service.repository import detection as detection_repo
 from service.rfc3339 import us_to_rfc3339
 from service.rollups.chart import Group
+from service.services.diagnoses import regression_evidence
 from service.settings import Settings
 
 _US = 1_000_000
@@ -119,11 +120,20 @@ def assess_drop(
     values = _values(
         before, after, variants, days, event, lag_s, recovered_us, now_us, _recovered(series, drop)
     )
+    provider = regression_evidence(session, key, change_us, after_to, of_group=group is not None)
+    values["evidence"] = beside_cause(values["evidence"], provider)
     span = (
         int(series.bucket_us[drop.before.start]),
         int(series.bucket_us[drop.after.end - 1]) + bucket_us,
     )
     return Assessed(key, group, change_us, values, span)
+
+
+def beside_cause(evidence: list[str], provider: list[str]) -> list[str]:
+    """The provider's diagnoses right after the first line (the hit rate and the
+    ceiling, which the cause is read from): where a reader of the first lines (the
+    dashboard's table, a clipped Slack message) sees them beside the cause."""
+    return [*evidence[:1], *provider, *evidence[1:]]
 
 
 def _recovered(series: Series, drop: Drop) -> Stretch | None:
@@ -160,6 +170,8 @@ def record_canary(
     values = _values(
         canary.before, canary.after, variants, days, event, lag_s, canary.recovered_at_us, now_us
     )
+    provider = regression_evidence(session, key, int(span[0]), end, of_group=True)
+    values["evidence"] = beside_cause(values["evidence"], provider)
     values["canary"] = {
         "baseline": canary.baseline,
         "share": round(canary.share, 4),

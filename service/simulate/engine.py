@@ -19,6 +19,7 @@ import numpy as np
 from service.analytics.definitions import ratios
 from service.ingest.records import UsageRecordIn
 from service.simulate.cache import ReplicaCache, key_hash
+from service.simulate.diagnostics import TurnView, diagnosis
 from service.simulate.managed import PromptCache, Served, anthropic_usage, split_prompt
 from service.simulate.prompt import EMPTY, Hashed, Piece, hash_prompt, mix64
 from service.simulate.releases import PromptMode, Release, check_rollouts
@@ -91,6 +92,8 @@ class _Session:
     tenant: str | None = None
     prompt: PromptStructure | None = None  # lengths of its own (an AgentSession's)
     rewrite: HistoryRewrite | None = None  # summarizes its history whatever the release
+    view: TurnView | None = None  # the previous turn as its provider's diagnostics saw it
+    diagnosis: dict[str, Any] | None = None  # this turn's, by them (managed, when asked)
 
 
 class Engine:
@@ -222,6 +225,8 @@ class Engine:
             state, t, hashed, session.key, completion, segments, release.tag
         )
         record["session_id"] = session.sid
+        if session.diagnosis is not None:
+            record["diagnostics"] = session.diagnosis
         if session.key_str is not None:
             record["cache_key"] = session.key_str
         _tag_groups(state, session, record)
@@ -250,6 +255,7 @@ class Engine:
         if session.last is not EMPTY:
             base = session.last
         pieces = [*static_pieces, *user_pieces, *history, query]
+        self._diagnose(state, session, [*static_segments, *user_segments], [*history, query])
         hashed = hash_prompt(pieces, state.block_size, base)
         session.last = hashed
         segments = _listed_segments(
@@ -260,6 +266,19 @@ class Engine:
             state.spec.max_message_segments,
         )
         return hashed, segments, query
+
+    def _diagnose(
+        self, state: ServiceState, session: _Session, static: list[Segment], messages: list[Piece]
+    ) -> None:
+        """The turn's diagnosis by its provider, for a managed service whose callers
+        ask for it (`ManagedProvider.diagnostics`): against the session's previous
+        turn (`service.simulate.diagnostics`)."""
+        managed = state.spec.managed
+        if managed is None or not managed.diagnostics:
+            return
+        view = TurnView.of(state.spec.model, static, messages)
+        session.diagnosis = diagnosis(session.view, view)
+        session.view = view
 
     def _prompt_history(
         self, session: _Session, mode: PromptMode

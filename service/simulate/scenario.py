@@ -177,6 +177,9 @@ class ManagedProvider:
     name: str = "anthropic"
     ttl: CacheTtlChoice = DEFAULT_CACHE_TTL
     min_prompt_tokens: int = 1024
+    #: The callers ask for the provider's cache diagnostics: each turn's record
+    #: carries them (`service.simulate.diagnostics`).
+    diagnostics: bool = False
 
 
 @dataclass(frozen=True)

@@ -170,6 +170,7 @@ def request_metrics(records: Iterable[Record], window_s: float) -> dict[int, Rec
                 cause = "unknown"
 
         rewrite = False
+        shared = None
         prev = None
         if r["session_id"] is not None:
             for q in earlier:
@@ -184,6 +185,7 @@ def request_metrics(records: Iterable[Record], window_s: float) -> dict[int, Rec
                     break
                 common += 1
             rewrite = common < 0.9 * full
+            shared = min(common, -(-9 * full // 10))  # counted up to ceil(0.9 * full)
 
         if r["block_hashes"]:
             first_key, first_is_prefix = r["block_hashes"][0], False
@@ -202,6 +204,8 @@ def request_metrics(records: Iterable[Record], window_s: float) -> dict[int, Rec
             "rewarm_cause": cause,
             "rewarm_gap_us": gap_us,
             "history_rewrite": rewrite,
+            "session_common_blocks": shared,
+            "session_model_changed": prev is not None and prev["model"] != r["model"],
             "is_opening": prev is None,
             "is_hit": cached >= prompt / 2,
             "first_key": first_key,

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.models import (
     ChartRollup,
+    DiagnosisRollup,
     GroupRollup,
     PrefixRollup,
     Rollup,
@@ -38,7 +39,9 @@ from tests.clickhouse.conftest import deployment_of
 from tests.services import findings_traffic, group_traffic
 from tests.services.traffic import T0, US, traffic
 
-TABLES = (Rollup, PrefixRollup, ChartRollup, SegmentRollup, GroupRollup)
+TABLES = (Rollup, PrefixRollup, ChartRollup, SegmentRollup, GroupRollup, DiagnosisRollup)
+#: Providers' own diagnoses, given to every 7th record in turn.
+SAID = ("system_changed", "tools_changed", "messages_changed", "model_changed", "unavailable")
 
 
 @pytest.fixture
@@ -69,12 +72,15 @@ def clickhouse_sessions(
 def records() -> list[dict[str, Any]]:
     """Every cause (routing, eviction, concurrent, unknown from the random traffic;
     expiry and below_minimum from the managed profiles), sessions with rewrites,
-    segments, scenarios, tenants and deploy tags."""
+    segments, scenarios, tenants and deploy tags; providers' diagnoses on some."""
     out = traffic(500, seed=11, hours=3.0)
     out += findings_traffic.expiry()[:400]
     out += findings_traffic.below_minimum()[:300]
     out += findings_traffic.history_rewrite()[:300]
     out += group_traffic.traffic(group_traffic.Plan(hours=1.0, tenants=4, canary_at=1800))
+    for i, record in enumerate(out[::7]):
+        reason = {"type": SAID[i % len(SAID)], "cache_missed_input_tokens": i}
+        record["diagnostics"] = {"cache_miss_reason": reason}
     return out
 
 

@@ -78,7 +78,20 @@ def test_each_diagnosis_is_located_by_cachewatchs_own_blocks(
             "model": "claude-opus-4-5",
         },
         # Unchanged and cached: Anthropic names no reason.
-        record(5, 150, blocks("c"), "unavailable", session_id="s2", cached=576),
+        record(5, 150, blocks("c"), "unavailable", session_id="s5", cached=576),
+        # Another session's new system prompt, which a third then takes up: its
+        # start was seen within W (the other session warmed it), yet it differs
+        # from the session's own previous request from block 1 on.
+        record(6, 160, blocks("e"), None, session_id="s3"),
+        record(7, 170, blocks("f", same=1, base="e"), None, session_id="s4"),
+        record(
+            8,
+            180,
+            blocks("f", same=1, base="e")[:5] + blocks("g")[5:],
+            "system_changed",
+            session_id="s3",
+            cached=320,
+        ),
     ]
     body = b"\n".join(orjson.dumps(r) for r in rows)
     answer = client.post("/v1/usage", content=body, headers=ingest_headers)
@@ -87,17 +100,17 @@ def test_each_diagnosis_is_located_by_cachewatchs_own_blocks(
     analytics_pass.catch_up(session, settings)
     counts = diagnosis_counts(session, services=["agent"])
     found = {
-        r["reason"]: (r["verdict"], r["segment"], r["at_start"])
+        r["reason"]: (r["verdict"], r["segment"], r["requests"])
         for r in counts.iter_rows(named=True)
     }
     assert found == {
-        "system_changed": ("prefix_instability", "tools+system", False),
-        "tools_changed": ("prefix_instability", "tools", True),
-        "messages_changed": ("history_rewrite", "messages", False),
-        "model_changed": ("prefix_instability", "tools", True),
-        "unavailable": ("none", "", False),
+        "system_changed": ("prefix_instability", "tools+system", 2),
+        "tools_changed": ("prefix_instability", "tools", 1),
+        "messages_changed": ("history_rewrite", "messages", 1),
+        "model_changed": ("model_switch", "tools", 1),
+        "unavailable": ("none", "", 1),
     }
     result = agreement(counts)
     print(table_text(result))
-    assert (result.compared, result.agreed) == (4, 4)
-    assert sum(counts["missed_tokens"]) == 2000
+    assert (result.compared, result.agreed) == (5, 5)
+    assert sum(counts["missed_tokens"]) == 2500
