@@ -6,7 +6,8 @@ diagnostics", has the sources).
 A record may carry the object as its provider's response gave it, at the top
 level beside `usage`:
 
-- Anthropic's `diagnostics` (beta `cache-diagnosis-2026-04-07`):
+- Anthropic's `diagnostics` (when the request sent `diagnostics.previous_message_id`;
+  the beta header `cache-diagnosis-2026-04-07` is no longer required):
   `{"cache_miss_reason": {"type": "system_changed", "cache_missed_input_tokens": 1200}}`;
   `cache_miss_reason` null means the comparison was still running: nothing is
   stored;

@@ -130,7 +130,8 @@ def _usage_fields(usage: dict[str, Any], key: str, replica: Any) -> dict[str, An
 
 #: OpenAI's request parameters a record may carry as sent, for its cache lifetime
 #: (`request_ttl`): `prompt_cache_retention` (models before GPT-5.6) and
-#: `prompt_cache_options` (GPT-5.6 and later, whose `ttl` supersedes it).
+#: `prompt_cache_options` (GPT-5.6 and later, whose `ttl`, the lifetime asked
+#: for, is read first).
 REQUEST_OPTION_KEYS = ("prompt_cache_retention", "prompt_cache_options")
 #: `prompt_cache_retention`'s values: "24h" asks for a day, "in_memory" for the
 #: model's default (no lifetime of its own).

@@ -5,6 +5,7 @@ pass and the naive reference against them."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -441,3 +442,18 @@ def test_empty_frame_and_missing_optional_columns() -> None:
     results, _ = compute_request_metrics(minimal, W)
     assert results["fingerprinted"].to_list() == [False, False]
     assert results["is_hit"].to_list() == [False, False]
+
+
+def test_a_state_saved_before_the_sessions_model_loads_and_knows_no_switch() -> None:
+    """A state written before sessions kept their model: it loads with the model
+    null, and the session's next request (on any model) is no switch."""
+    first = [blocks(1, 1, 2, t=0, session_id="s", model="a")]
+    _, state = compute_request_metrics(to_frame(first), W)
+    old = dataclasses.replace(state, sessions=state.sessions.drop("model"))
+    back = ReuseState.from_bytes(old.to_bytes())
+    assert back.sessions["model"].to_list() == [None]
+    then = [blocks(2, 1, 2, t=5, session_id="s", model="b")]
+    results, _ = compute_request_metrics(to_frame(then), W, back)
+    assert results["session_model_changed"].to_list() == [False]
+    switched, _ = compute_request_metrics(to_frame(then), W, state)
+    assert switched["session_model_changed"].to_list() == [True]

@@ -35,6 +35,7 @@ PATH_METHODS = {
     "/v1/metrics": {"GET"},
     "/v1/capacity": {"GET"},
     "/v1/findings": {"GET"},
+    "/v1/diagnoses": {"GET"},
     "/v1/groups": {"GET"},
     "/v1/regressions": {"GET"},
     "/v1/detect": {"POST"},
