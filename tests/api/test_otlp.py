@@ -363,6 +363,21 @@ def test_scenario_and_cache_ttl_from_cachewatch_attributes(
     assert (row.cache_write_tokens, row.provider) == (0, None)
 
 
+def test_a_providers_diagnosis_from_cachewatch_attributes(
+    client: TestClient, ingest_headers: dict[str, str], session: Session
+) -> None:
+    """OTLP's GenAI conventions carry no miss reason: an instrumentation that has
+    one sets the record's fields (docs/ingestion.md)."""
+    attrs = {
+        "cachewatch.provider_miss_reason": "system_changed",
+        "cachewatch.provider_missed_tokens": 1200,
+    }
+    answer = trace_answer(post(client, ingest_headers, traces(span(1, attrs))))
+    assert not answer.HasField("partial_success")
+    [row] = stored(session)
+    assert (row.provider_miss_reason, row.provider_missed_tokens) == ("system_changed", 1200)
+
+
 @pytest.mark.parametrize(
     ("attrs", "message"),
     [
