@@ -12,29 +12,17 @@ from __future__ import annotations
 
 import polars as pl
 
-from service.diagnoses.verdicts import verdicts
+from service.diagnoses.verdicts import VERDICT_SCHEMA, verdicts
 from service.timeunits import HOUR_US
 
-KEYS = [
-    "bucket_us",
-    "service",
-    "model",
-    "reason",
-    "verdict",
-    "segment",
-    "history_rewrite",
-]
-COUNTS = ["requests", "missed_tokens", "prompt_tokens", "cached_tokens"]
+#: A verdict's columns (`VERDICT_SCHEMA`), its hour for its time, and a count.
 SCHEMA: dict[str, pl.DataType] = {
     "bucket_us": pl.Int64(),
-    "service": pl.String(),
-    "model": pl.String(),
-    "reason": pl.String(),
-    "verdict": pl.String(),
-    "segment": pl.String(),
-    "history_rewrite": pl.Boolean(),
-    **{c: pl.Int64() for c in COUNTS},
+    **{k: t for k, t in VERDICT_SCHEMA.items() if k != "ts_us"},
+    "requests": pl.Int64(),
 }
+COUNTS = [c for c, t in SCHEMA.items() if c != "bucket_us" and t == pl.Int64()]
+KEYS = [c for c in SCHEMA if c not in COUNTS]
 
 
 def empty() -> pl.DataFrame:

@@ -16,21 +16,14 @@ from openai.types.responses.response import (
     PromptCacheDiagnosticsCacheMiss,
 )
 
-from service.usage_row import USAGE_COLUMNS
-from tests.ingest.test_provider_shapes import BASE, refused, rows
+from tests.ingest.test_provider_shapes import BASE, refused, stored_row
 
 RECORD = {**BASE, "prompt_tokens": 5000, "cached_tokens": 0}
 
 
 def diagnosis(record: dict[str, Any]) -> tuple[Any, Any]:
-    """(provider_miss_reason, provider_missed_tokens) as stored, after checking
-    that every path stored the same row."""
-    by_path = rows(record)
-    validated = by_path["validated"]
-    assert isinstance(validated, tuple), validated
-    for path in ("line", "value", "bulk"):
-        assert repr(by_path[path]) == repr(validated), path
-    row = dict(zip(USAGE_COLUMNS, validated, strict=True))
+    """(provider_miss_reason, provider_missed_tokens) as every path stored them."""
+    row = stored_row(record)
     return row["provider_miss_reason"], row["provider_missed_tokens"]
 
 

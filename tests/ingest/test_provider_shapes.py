@@ -72,15 +72,20 @@ def rows(record: dict[str, Any]) -> dict[str, tuple[Any, ...] | str | None]:
     }
 
 
-def stored(record: dict[str, Any]) -> Expected:
-    """The derived fields as stored, after checking that every path stored them
-    identically (by repr: 1 and 1.0 differ)."""
+def stored_row(record: dict[str, Any]) -> dict[str, Any]:
+    """The row as stored, after checking that every path stored it identically (by
+    repr: 1 and 1.0 differ)."""
     by_path = rows(record)
     validated = by_path["validated"]
     assert isinstance(validated, tuple), validated
     for path in ("line", "value", "bulk"):
         assert repr(by_path[path]) == repr(validated), path
-    row = dict(zip(USAGE_COLUMNS, validated, strict=True))
+    return dict(zip(USAGE_COLUMNS, validated, strict=True))
+
+
+def stored(record: dict[str, Any]) -> Expected:
+    """The derived fields as stored (`stored_row`)."""
+    row = stored_row(record)
     return tuple(row[name] for name in DERIVED)  # type: ignore[return-value]
 
 
