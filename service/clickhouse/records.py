@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from service.clickhouse.client import ClickHouse
 from service.clickhouse.ids import IdSource, id_floor
@@ -74,21 +75,19 @@ def stored_sql(keys: Sequence[tuple[str, int]]) -> str:
 
 
 def block_lists(blobs: Sequence[bytes | None]) -> pl.Series:
-    """The packed blobs (service.ingest.hashing) as a List(Int64) column, built
-    from one flat array (a Python list per row cost 40 us a record)."""
+    """The packed blobs (service.ingest.hashing) as a List(Int64) column (None: an
+    empty list), built as Arrow builds one: a flat array of every hash and each
+    row's offset into it. (A Python list per row cost 40 us a record; grouping the
+    flat array by row, 2 us; this, 0.2 us.)"""
     n = len(blobs)
-    sizes = np.fromiter((len(b) // 8 if b else 0 for b in blobs), dtype=np.int64, count=n)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(
+        np.fromiter((len(b) >> 3 if b else 0 for b in blobs), dtype=np.int64, count=n),
+        out=offsets[1:],
+    )
     flat = np.frombuffer(b"".join(b for b in blobs if b), dtype="<i8")
-    lists = (
-        pl.DataFrame({"row": np.repeat(np.arange(n), sizes), "block_hashes": flat})
-        .group_by("row", maintain_order=True)
-        .agg("block_hashes")
-    )
-    every = pl.DataFrame({"row": np.arange(n)}).join(
-        lists, on="row", how="left", maintain_order="left"
-    )
-    empty = pl.lit([], dtype=pl.List(pl.Int64))
-    return every.select(pl.col("block_hashes").fill_null(empty))["block_hashes"]
+    lists = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.int64()))
+    return pl.Series("block_hashes", lists, dtype=pl.List(pl.Int64))
 
 
 def usage_batch(values: Iterable[tuple[Any, ...]]) -> pl.DataFrame | None:

@@ -16,6 +16,8 @@ from fastapi.testclient import TestClient
 
 from service.clickhouse import records as ch_records
 from service.clickhouse.client import ClickHouse
+from service.clickhouse.records import block_lists
+from service.ingest.hashing import hash_key, pack_block_hashes
 from service.timeunits import HOUR_US
 from tests.clickhouse.frames import GivenIds, frame_values, insert_frame
 from tests.clickhouse.test_api import deployment, headers, record
@@ -116,3 +118,13 @@ def test_a_group_stores_the_first_copy_of_each_request(
         (4, "d", "m1"),
         (5, "e", "m2"),
     ]
+
+
+def test_block_lists_from_packed_hashes() -> None:
+    """The Array(Int64) column of a batch: a record without hashes (None) or with
+    none (an empty blob) has an empty list; the others their hashes in order."""
+    blobs = [pack_block_hashes([1, 2, 3]), None, b"", pack_block_hashes(["ab", -5])]
+    lists = block_lists(blobs)
+    assert lists.dtype == pl.List(pl.Int64)
+    assert lists.to_list() == [[1, 2, 3], [], [], [hash_key("ab"), -5]]
+    assert block_lists([]).to_list() == []
