@@ -11,10 +11,10 @@ The simulation (`simulate`; `bench/diagnoses.py` runs it larger):
   session: it carries the session's start time), then `message[0]`,
   `message[1]`, ... Each turn appends the previous answer and a new user message
   (append-only history).
-* Fingerprints: block `i` (64 tokens) hashes (hash `i-1`, the variants covering
-  the block), so equal prefixes give equal hashes; the record carries them as
-  hex, with `segments` (the parts: name, variant, tokens), `session_id`,
-  `prompt_tokens` and `ts`.
+* Fingerprints: the simulator's chained block hashes over the parts' content ids
+  (`service.simulate.prompt.hash_prompt`, 64-token blocks), so equal prefixes give
+  equal hashes; the record carries its full blocks' as hex, with `segments` (the
+  parts: name, variant, tokens), `session_id`, `prompt_tokens` and `ts`.
 * What is served (`service.simulate.managed`): one `PromptCache` per model at
   the simulator's 64-token granularity, 5-minute TTL, minimum prompt 1,024
   tokens for Sonnet (4,096 for Opus 4.5, as docs/providers.md lists), a request's
@@ -59,7 +59,6 @@ Why the figures hold (`test_simulated_diagnoses_agree`, which prints the table):
 
 from __future__ import annotations
 
-import hashlib
 import random
 import time
 from collections import Counter
@@ -84,6 +83,7 @@ from service.services import analytics_pass
 from service.settings import Settings
 from service.simulate.diagnostics import TurnView, diagnosis
 from service.simulate.managed import PromptCache, anthropic_usage
+from service.simulate.prompt import EMPTY, Hashed, Piece, hash_prompt, label_cid
 
 T0 = 1_764_374_400  # 2025-11-29T00:00:00Z
 SERVICE = "agent"
@@ -143,7 +143,8 @@ class Turn:
     injected: tuple[str, ...] = ()
     reason: str | None = None  # the provider's diagnosis (None: `diagnostics` null)
     missed: int | None = None
-    hashes: list[str] = field(default_factory=list)
+    hashes: list[str] = field(default_factory=list)  # as the record sends them
+    hashed: Hashed = field(default_factory=lambda: EMPTY)
 
     @property
     def request_id(self) -> str:
@@ -165,39 +166,18 @@ class Simulation:
         return Counter({r: n for r, n in self.generated.items() if r in EXPECTED})
 
 
-def _hash(previous: bytes, variants: Sequence[str]) -> bytes:
-    return hashlib.blake2b(previous + "|".join(variants).encode(), digest_size=8).digest()
+def _piece(part: Part) -> Piece:
+    return (label_cid(part.variant), part.tokens)
 
 
-def block_hashes(parts: Sequence[Part], before: Turn | None = None) -> list[str]:
-    """The chained hashes of the prompt's full blocks: block i's covers hash i-1
-    and the variants covering its tokens. The blocks inside the leading parts
-    shared with `before` are `before`'s (the same hashes, not computed again)."""
-    common = 0
-    if before is not None:
-        for mine, theirs in zip(parts, before.parts, strict=False):
-            if mine != theirs:
-                break
-            common += mine.tokens
-    kept = min(common // BLOCK_SIZE, len(before.hashes)) if before is not None else 0
-    out = list(before.hashes[:kept]) if before is not None else []
-    previous = bytes.fromhex(out[-1]) if out else b""
-    starts, at = [], 0
-    for p in parts:
-        starts.append(at)
-        at += p.tokens
-    first = 0
-    for i in range(kept, at // BLOCK_SIZE):
-        lo, hi = i * BLOCK_SIZE, (i + 1) * BLOCK_SIZE
-        while starts[first] + parts[first].tokens <= lo:
-            first += 1
-        covering, j = [], first
-        while j < len(parts) and starts[j] < hi:
-            covering.append(parts[j].variant)
-            j += 1
-        previous = _hash(previous, covering)
-        out.append(previous.hex())
-    return out
+def hashed(turn: Turn, before: Hashed = EMPTY) -> Hashed:
+    """The turn's prompt hashed as the simulator hashes one
+    (`service.simulate.prompt.hash_prompt`), from its previous turn's; the record
+    carries its full blocks' hashes, as hex."""
+    turn.hashed = hash_prompt([_piece(p) for p in turn.parts], BLOCK_SIZE, before)
+    full = turn.prompt_tokens // BLOCK_SIZE
+    turn.hashes = [f"{h:016x}" for h in turn.hashed.hashes[:full]]
+    return turn.hashed
 
 
 def _view(turn: Turn) -> TurnView:
@@ -207,11 +187,7 @@ def _view(turn: Turn) -> TurnView:
         for p in turn.parts
         if not p.name.startswith("message[")
     ]
-    messages = [
-        (int.from_bytes(hashlib.blake2b(p.variant.encode(), digest_size=8).digest()), p.tokens)
-        for p in turn.parts
-        if p.name.startswith("message[")
-    ]
+    messages = [_piece(p) for p in turn.parts if p.name.startswith("message[")]
     return TurnView.of(turn.model, static, messages)
 
 
@@ -311,8 +287,9 @@ def simulate(
     turns: list[Turn] = []
     for n in range(sessions):
         planned = plan_session(rng, n, rng.uniform(0, hours * 3600), rates, shared_tools)
-        for before, turn in zip([None, *planned], planned, strict=False):
-            turn.hashes = block_hashes(turn.parts, before)
+        before = EMPTY
+        for turn in planned:
+            before = hashed(turn, before)
         turns.extend(planned)
     turns.sort(key=lambda t: (t.at_s, t.session, t.index))
     caches = {m: PromptCache(minimum) for m, minimum in MIN_PROMPT_TOKENS.items()}
