@@ -1,15 +1,18 @@
 """Ingestion throughput: POST /v1/usage over loopback against the cost of storage alone.
 
-Posts N records (16 int block_hashes each) as NDJSON batches of 1,000 to a real
+Posts N records (16 hex-string block_hashes each, or ints) as NDJSON batches of 1,000 to a real
 `cachewatch serve` it starts on a fresh SQLite file, then inserts the same rows
 directly with SQLAlchemy Core executemany into another fresh migrated database,
 one transaction per batch like the server (same pragmas: WAL, synchronous=FULL).
 With --postgres URL the same against PostgreSQL, the floor there being a direct
 COPY of the same rows. Each measure runs --repeat times on fresh databases and the
-best run counts (the machine may be shared); every run is printed.
+best run counts (the machine may be shared); every run is printed. Then issue 38's
+measures: long prompts (`--long-records` records of `--long-blocks` hashes, ints
+against hex strings) and, with `--rss N`, a flood of N records whose hashes never
+repeat, the server's peak RSS with the hash memo against without one.
 
     .venv/bin/python bench/ingest.py [--records 200000] [--threads 1] [--repeat 3]
-                                     [--gzip]
+                                     [--gzip] [--hashes hex|int] [--rss 1000000]
                                      [--postgres postgresql+psycopg://postgres@127.0.0.1:5432/test]
 """
 
@@ -49,15 +52,29 @@ from service.settings import Settings  # noqa: E402
 
 GOAL_RATE = 50_000
 GOAL_RATIO = 0.5
+# Issue 38: HTTP ingest against the raw sqlite3 insert of the same rows; hex hashes
+# against ints on long prompts; PostgreSQL's HTTP ingest against a direct COPY (no
+# lower than before the issue); peak RSS on a flood of new hashes, memo against none.
+GOAL_RAW_RATIO = 0.6
+GOAL_HEX_RATIO = 0.8
+GOAL_COPY_RATIO = 0.66
+GOAL_RSS_RATIO = 1.2
 
 
-def make_batches(records: int, batch_size: int, blocks: int) -> list[bytes]:
-    """NDJSON bodies. Hashes look like Mooncake's: shared prefixes, growing ids."""
+def make_batches(
+    records: int, batch_size: int, blocks: int, hashes: str = "int", recurring: bool = True
+) -> list[bytes]:
+    """NDJSON bodies. Hashes look like Mooncake's: shared prefixes, growing ids
+    (a session of 8 records starts 64 ids after the one before), as ints or as the
+    16-digit hex strings `service/fingerprint/` emits. Not `recurring`: every hash
+    is new (record i holds ids i * blocks ..), the worst case of a memo."""
     batches = []
     for start in range(0, records, batch_size):
         lines = []
         for i in range(start, min(start + batch_size, records)):
             session = i // 8
+            first = session * 64 if recurring else i * blocks
+            ids = range(first, first + blocks)
             lines.append(
                 orjson.dumps(
                     {
@@ -72,7 +89,9 @@ def make_batches(records: int, batch_size: int, blocks: int) -> list[bytes]:
                         "replica": f"pod-{i % 8}",
                         "session_id": f"s-{session}",
                         "block_size": 512,
-                        "block_hashes": [session * 64 + b for b in range(blocks)],
+                        "block_hashes": [f"{h:016x}" for h in ids]
+                        if hashes == "hex"
+                        else list(ids),
                     }
                 )
             )
@@ -157,6 +176,28 @@ def post_all(
     if errors:
         raise RuntimeError(f"a batch was not fully accepted: {errors[0]}")
     return elapsed, sum(cpu.cpu_times()[:2]) - cpu_before
+
+
+def peak_rss_mib(server: Server) -> float:
+    """The server process's peak resident memory so far (VmHWM)."""
+    status = Path(f"/proc/{server.process.pid}/status").read_text()
+    line = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+
+def http_rate(
+    database_url: str,
+    batches: list[bytes],
+    log_path: Path,
+    extra_env: dict[str, str] | None = None,
+) -> tuple[float, float, float]:
+    """Records/s of one HTTP run into a fresh database, server CPU us/record, and the
+    server's peak RSS in MiB."""
+    with running_server(database_url, log_path, extra_env) as server:
+        elapsed, cpu = post_all(server, batches, 1)
+        peak = peak_rss_mib(server)
+    count = stored(database_url) - 1  # the warm-up record
+    return count / elapsed, cpu / count * 1e6, peak
 
 
 def stored(database_url: str) -> int:
@@ -290,24 +331,76 @@ def print_goal(backend: str, floor_name: str, rate: float, ratio: float) -> None
     )
 
 
+def long_prompts(args: argparse.Namespace, workdir: Path) -> None:
+    """Issue 38's long prompts: records of `--long-blocks` hashes, ints against hex
+    strings, over HTTP into SQLite, alternated in one run (best of --repeat each)."""
+    runs: dict[str, list[float]] = {"int": [], "hex": []}
+    for attempt in range(args.repeat):
+        for kind in runs:
+            batches = make_batches(args.long_records, 100, args.long_blocks, kind)
+            url = f"sqlite:///{workdir / f'long-{kind}-{attempt}.db'}"
+            rate, _, _ = http_rate(url, batches, workdir / f"long-{kind}.log")
+            runs[kind].append(rate)
+    best = {kind: max(rates) for kind, rates in runs.items()}
+    for kind, rates in runs.items():
+        print(
+            f"long      {args.long_blocks:,} {kind:<3} hashes a record  "
+            f"{best[kind]:>9,.0f} records/s"
+            f" ({best[kind] * args.long_blocks / 1e6:.2f} M hashes/s; runs: "
+            + ", ".join(f"{r:,.0f}" for r in rates)
+            + ")"
+        )
+    ratio = best["hex"] / best["int"]
+    print(
+        f"long      ratio hex/int           {ratio:>9.2f}  goal >= {GOAL_HEX_RATIO}: "
+        + ("met" if ratio >= GOAL_HEX_RATIO else "MISSED")
+    )
+
+
+def never_repeating(args: argparse.Namespace, workdir: Path) -> None:
+    """Issue 38's memory bound: `--rss` records whose hashes never repeat (16 hex a
+    record), the server without a memo (`CACHEWATCH_HASH_MEMO_ENTRIES=0`, the code
+    before the memo) against the default memo: its peak RSS and its rate."""
+    batches = make_batches(args.rss, args.batch, 16, "hex", recurring=False)
+    results = {}
+    for label, env in (("no memo", {"CACHEWATCH_HASH_MEMO_ENTRIES": "0"}), ("memo", {})):
+        url = f"sqlite:///{workdir / ('rss-' + label.replace(' ', '-') + '.db')}"
+        results[label] = http_rate(url, batches, workdir / "rss.log", env)
+        rate, cpu_us, peak = results[label]
+        print(
+            f"flood     {args.rss:,} records, hashes never repeat, {label:<7}: {rate:>9,.0f} "
+            f"records/s, server CPU {cpu_us:.1f} us/record, peak RSS {peak:,.0f} MiB"
+        )
+    ratio = results["memo"][2] / results["no memo"][2]
+    print(
+        f"flood     peak RSS memo/no memo {ratio:>9.2f}  goal <= {GOAL_RSS_RATIO}: "
+        + ("met" if ratio <= GOAL_RSS_RATIO else "MISSED")
+        + f"; rate memo/no memo {results['memo'][0] / results['no memo'][0]:.2f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=1_000)
     parser.add_argument("--blocks", type=int, default=16, help="block_hashes per record")
+    parser.add_argument("--hashes", choices=("hex", "int"), default="hex")
     parser.add_argument("--threads", type=int, default=1, help="concurrent client threads")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each; the best counts")
     parser.add_argument("--gzip", action="store_true", help="send the batches gzipped")
     parser.add_argument("--postgres", metavar="URL", help="also run against this PostgreSQL")
+    parser.add_argument("--long-records", type=int, default=5_000)
+    parser.add_argument("--long-blocks", type=int, default=1_000, help="0: no long prompts")
+    parser.add_argument("--rss", type=int, default=0, metavar="N", help="the flood of N records")
     args = parser.parse_args()
 
     print(
-        f"{args.records:,} records, {args.blocks} int block_hashes each, NDJSON batches of "
-        f"{args.batch:,}, {args.threads} keep-alive client thread(s), loopback; "
+        f"{args.records:,} records, {args.blocks} {args.hashes} block_hashes each, NDJSON "
+        f"batches of {args.batch:,}, {args.threads} keep-alive client thread(s), loopback; "
         f"best of {args.repeat}; {os.cpu_count()} CPUs, load average "
         f"{os.getloadavg()[0]:.2f} at start"
     )
-    batches = make_batches(args.records, args.batch, args.blocks)
+    batches = make_batches(args.records, args.batch, args.blocks, args.hashes)
     print(f"body: {sum(map(len, batches)) / len(batches) / 1024:.0f} KiB per batch")
     rows = rows_of(batches)
 
@@ -337,6 +430,10 @@ def main() -> None:
             f"no SQLAlchemy, no HTTP: SQLite's own cost; http/raw {rate / raw_rate:.2f}"
         )
         print_goal("sqlite", "executemany", rate, ratio)
+        print(
+            f"sqlite    goal http/raw sqlite3 >= {GOAL_RAW_RATIO}: "
+            + ("met" if rate / raw_rate >= GOAL_RAW_RATIO else "MISSED")
+        )
         if args.postgres:
             url = args.postgres
 
@@ -347,6 +444,14 @@ def main() -> None:
                 "postgres", "COPY", pg_database, direct_copy, batches, rows, args, workdir
             )
             print_goal("postgres", "COPY", rate, ratio)
+            print(
+                f"postgres  goal http/COPY >= {GOAL_COPY_RATIO}: "
+                + ("met" if ratio >= GOAL_COPY_RATIO else "MISSED")
+            )
+        if args.long_blocks:
+            long_prompts(args, workdir)
+        if args.rss:
+            never_repeating(args, workdir)
 
 
 if __name__ == "__main__":

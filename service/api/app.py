@@ -30,6 +30,7 @@ from service.api.routers import (
 )
 from service.clickhouse import clickhouse_for, ids_for
 from service.db import make_engine, make_sessionmaker
+from service.ingest.hashing import use_memo
 from service.profiles import profiles_for
 from service.services.tokens import TokenCache
 from service.settings import Settings, get_settings
@@ -88,6 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = make_engine(settings)
     app.state.sessionmaker = make_sessionmaker(app.state.engine, clickhouse_for(settings))
     app.state.token_cache = TokenCache(settings.token_cache_s)
+    use_memo(settings.hash_memo_entries)
     install_error_handlers(app)
     app.add_exception_handler(405, _method_not_allowed)
     routers = [

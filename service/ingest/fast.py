@@ -43,7 +43,7 @@ import orjson
 from msgspec import UNSET, Meta, UnsetType
 
 from service.ingest.diagnoses import MISSED, diagnosis_fields
-from service.ingest.hashing import hash_key, pack_block_hashes
+from service.ingest.hashing import MEMO, hash_key
 from service.ingest.records import (
     MAX_ATTRIBUTES,
     MAX_BLOCK_SIZE,
@@ -434,10 +434,12 @@ def _pack(hashes: list[str | int]) -> bytes | None:
         return packer(*hashes)  # all int64 (Mooncake-style ids): the common case
     except struct.error:
         pass
-    for value in hashes:
-        if type(value) is int and not _INT64_MIN <= value <= _UINT64_MAX:
-            return None
-    return pack_block_hashes(hashes)
+    return MEMO.pack(hashes, _orjson_keeps_int)
+
+
+def _orjson_keeps_int(value: str | int) -> bool:
+    """False for an int orjson would make a float (no such hash is remembered)."""
+    return type(value) is not int or _INT64_MIN <= value <= _UINT64_MAX
 
 
 _PACKERS: dict[int, Callable[..., bytes]] = {}

@@ -1,31 +1,143 @@
-"""Block and prefix hashes as int64 keys.
+"""Block and prefix hashes as int64 keys, and the memo that maps them at ingest.
 
 Callers send hashes as ints (Mooncake's `hash_ids`) or strings (hex digests). The
 analytics compare them millions of times, so each is mapped once, at ingestion, to
 a signed 64-bit key: an int that fits is its own key, anything else is the first 8
-bytes of its BLAKE2b digest. Two different hashes share a key with probability
-about n^2 / 2^65, negligible for the working sets seen here (n < 1e9)."""
+bytes of the BLAKE2b digest of its tagged text ("s:" + a string, "i:" + a larger
+int), read little-endian. Two different hashes share a key with probability about
+n^2 / 2^65, negligible for the working sets seen here (n < 1e9). The keys are
+stored, so this mapping may never change (tests/ingest/test_hashing.py holds it to
+golden keys).
 
-import hashlib
+A stored array of block hashes is the keys packed as little-endian int64, and the
+packed form of a key is the digest itself: a string's 8 bytes go into the blob as
+BLAKE2b gives them, with no int in between.
+
+The memo. One BLAKE2b call from Python costs about a microsecond, so a long
+prompt's 1,000 hex hashes cost a millisecond a record, seven times what storing it
+costs. But block hashes recur, across a session's turns and across sessions (that
+recurrence is what a prefix cache exploits), so `KeyMemo` keeps the packed keys
+of the strings seen lately and packs a record of known hashes with one C-level
+`dict.get` over the record and one `bytes.join`; a record whose new blocks come
+last (a session's next turn) looks up its known ones the same way and computes
+from its first new one on.
+
+It is bounded by two generations of at most `entries` strings each: a miss is
+computed and added to the young one; when the young one is full it becomes the old
+one (the old one is dropped) and a fresh young one starts; a string found only in
+the old one is copied into the young one. Recently used strings so stay, a flood
+of never-repeating ones replaces the memo every `entries` misses and costs one
+dict store per hash beyond what it cost without a memo, and the memory is at most
+2 x `entries` strings with their keys (docs/deployment.md gives the figures).
+Threads may share it: a dict's get and store hold the GIL, and a thread still
+reading a generation that another replaced reads right keys from it, since a key
+never changes.
+"""
+
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from hashlib import blake2b
+
+from service.settings import Settings
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
+_KEY_BYTES = 8
+
+
+def key_bytes(value: str | int) -> bytes:
+    """A hash's key as 8 little-endian bytes: the definition of the mapping."""
+    if isinstance(value, str):
+        return blake2b(b"s:" + value.encode(), digest_size=_KEY_BYTES).digest()
+    if isinstance(value, int) and _INT64_MIN <= value <= _INT64_MAX:
+        return value.to_bytes(_KEY_BYTES, "little", signed=True)
+    return blake2b(f"i:{value}".encode(), digest_size=_KEY_BYTES).digest()
 
 
 def hash_key(value: str | int) -> int:
-    if isinstance(value, int) and _INT64_MIN <= value <= _INT64_MAX:
+    """A hash's key as a signed 64-bit int (what the analytics compare)."""
+    if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
         return value
-    tagged = (f"i:{value}" if isinstance(value, int) else f"s:{value}").encode()
-    return int.from_bytes(hashlib.blake2b(tagged, digest_size=8).digest(), "little", signed=True)
+    return int.from_bytes(MEMO.key_bytes(value), "little", signed=True)
+
+
+class KeyMemo:
+    """Packed keys of the hashes seen lately: two generations of at most `entries`
+    each (the module's docstring). `entries=0` keeps nothing."""
+
+    def __init__(self, entries: int) -> None:
+        self.entries = entries
+        self._young: dict[str | int, bytes] = {}
+        self._old: dict[str | int, bytes] = {}
+
+    def key_bytes(self, value: str | int) -> bytes:
+        found = self._young.get(value)
+        if found is None:
+            found = self._old.get(value)
+            if found is None:
+                found = key_bytes(value)
+            self._remember(value, found)
+        return found
+
+    def pack(
+        self, hashes: Sequence[str | int], accept: Callable[[str | int], bool] | None = None
+    ) -> bytes | None:
+        """The keys of `hashes` packed as little-endian int64; None when `accept`
+        refuses a hash not known (a hash is known only once accepted)."""
+        young = self._young
+        keys = list(map(young.get, hashes))
+        try:
+            first = keys.index(None)
+        except ValueError:
+            return b"".join(keys)  # type: ignore[arg-type]  # no None in it
+        old = self._old.get
+        for at in range(first, len(keys)):  # new blocks come last: from the first
+            if keys[at] is None:
+                value = hashes[at]
+                key = young.get(value) or old(value)
+                if key is None:
+                    if accept is not None and not accept(value):
+                        return None
+                    key = key_bytes(value)
+                young[value] = keys[at] = key
+        if len(young) >= self.entries:
+            self._next_generation()
+        return b"".join(keys)  # type: ignore[arg-type]  # all filled
+
+    def _remember(self, value: str | int, key: bytes) -> None:
+        self._young[value] = key
+        if len(self._young) >= self.entries:
+            self._next_generation()
+
+    def resize(self, entries: int) -> None:
+        """Hold at most `entries` per generation from now on, starting empty."""
+        self.entries = entries
+        self._young, self._old = {}, {}
+
+    def _next_generation(self) -> None:
+        self._old = self._young if self.entries else {}
+        self._young = {}
+
+    def __len__(self) -> int:
+        return len(self._young) + len(self._old)
+
+
+#: The process's memo: the server and the worker size it from their settings
+#: (`Settings.hash_memo_entries`) with `use_memo`.
+MEMO = KeyMemo(Settings.model_fields["hash_memo_entries"].default)
+
+
+def use_memo(entries: int) -> None:
+    if MEMO.entries != entries:
+        MEMO.resize(entries)
 
 
 def pack_block_hashes(hashes: Sequence[str | int]) -> bytes:
     """Little-endian int64 array: `numpy.frombuffer(blob, "<i8")` reads it back."""
-    layout = f"<{len(hashes)}q"
     try:
         # Fast path for the common all-int64 case (Mooncake-style ids).
-        return struct.pack(layout, *hashes)
+        return struct.pack(f"<{len(hashes)}q", *hashes)
     except struct.error:
-        return struct.pack(layout, *[hash_key(h) for h in hashes])
+        packed = MEMO.pack(hashes)
+        assert packed is not None  # accepting every hash
+        return packed
