@@ -36,14 +36,14 @@ much: a tenth of the per-line path).
 
 import struct
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, cast
 
 import msgspec
 import orjson
 from msgspec import UNSET, Meta, UnsetType
 
 from service.ingest.diagnoses import MISSED, diagnosis_fields
-from service.ingest.hashing import MEMO, hash_key
+from service.ingest.hashing import MEMO, SESSION_PROMPTS, hash_key
 from service.ingest.records import (
     MAX_ATTRIBUTES,
     MAX_BLOCK_SIZE,
@@ -137,6 +137,10 @@ class _Fields(msgspec.Struct, gc=False):
 
 
 class _LineRecord(_Fields, forbid_unknown_fields=True):
+    # The array's JSON text, keyed by `finish_line` (then its packed keys): a
+    # session's next turn repeats most of its last one's
+    # (service.ingest.hashing.SessionPrompts).
+    block_hashes: msgspec.Raw | UnsetType = UNSET  # type: ignore[assignment]
     segments: Annotated[list[_LineSegment], Meta(max_length=MAX_SEGMENTS)] | None = None
     # shapes.USAGE_KEYS, in their order
     usage: msgspec.Raw | UnsetType = UNSET
@@ -191,6 +195,8 @@ def decode_lines(text: bytes | memoryview) -> list[_LineRecord] | None:
 def finish_line(record: _LineRecord) -> bool:
     """Apply a decoded line's raw usage object; False when orjson finds one is not
     JSON or a field it gives is invalid (the line then takes the fallback)."""
+    if type(record.block_hashes) is msgspec.Raw and not _key_line_hashes(record):
+        return False
     if record.usage is UNSET and record.usageMetadata is UNSET and record.usage_metadata is UNSET:
         return _apply_request_options(record) and _apply_diagnosis(record)  # the common case
     values = []
@@ -346,14 +352,10 @@ def record_values(
         or (miss_reason is not None and "\x00" in miss_reason)
     ):
         return None
-    block_size, block_hashes = record.block_size, record.block_hashes
-    packed: bytes | None = None
-    if block_hashes is not None:
-        if block_size is None:
-            return None
-        packed = _pack(block_hashes)
-        if packed is None:
-            return None
+    block_size = record.block_size
+    packed = _block_keys(record.block_hashes)
+    if packed is False or (packed is not None and block_size is None):
+        return None
     prefix_key: int | None = None
     prefix_tokens = record.prefix_tokens
     if prefix_hash is not None:
@@ -424,6 +426,34 @@ def record_values(
     return json_as_text(row)
 
 
+def _block_keys(
+    hashes: msgspec.Raw | UnsetType | bytes | list[str | int] | None,
+) -> bytes | Literal[False] | None:
+    """The record's block hashes packed (a line's were by `finish_line`); None when
+    it has none, False when it is not one the fast path takes."""
+    if type(hashes) is bytes:
+        return hashes
+    if hashes is None or hashes is UNSET:
+        return None
+    packed = _pack(cast(list[str | int], hashes))
+    return False if packed is None else packed
+
+
+def _key_line_hashes(record: _LineRecord) -> bool:
+    """Replace a line's block-hash array (its JSON text) by its packed keys; False
+    when it is not an array the fast path takes, orjson-valid JSON included (the
+    text was skipped, not checked, by msgspec), so the line then goes to orjson."""
+    text = bytes(cast(msgspec.Raw, record.block_hashes))
+    if text == _NULL:
+        record.block_hashes = UNSET
+        return True
+    packed = _pack_text(text, record.session_id)
+    if packed is None:
+        return False
+    record.block_hashes = packed  # type: ignore[assignment]  # what _block_keys reads
+    return True
+
+
 def _pack(hashes: list[str | int]) -> bytes | None:
     """`pack_block_hashes`, or None when an int is one orjson would make a float."""
     count = len(hashes)
@@ -435,6 +465,28 @@ def _pack(hashes: list[str | int]) -> bytes | None:
     except struct.error:
         pass
     return MEMO.pack(hashes, _orjson_keeps_int)
+
+
+def _pack_text(text: bytes, session_id: str | None) -> bytes | None:
+    """`_pack` of a line's array, given as its JSON text; None also when it is not
+    an array of at most MAX_BLOCKS hashes."""
+    if session_id is None:
+        hashes = _decode_hashes(text)
+        return None if hashes is None else _pack(hashes)
+    packed = SESSION_PROMPTS.pack(session_id, text, _decode_hashes, _pack)
+    return None if packed is None or len(packed) > _MAX_PACKED else packed
+
+
+def _decode_hashes(text: bytes) -> list[str | int] | None:
+    try:
+        return _hashes_decoder.decode(text)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+
+
+_hashes_decoder = msgspec.json.Decoder(BlockHashes)
+_NULL = b"null"
+_MAX_PACKED = MAX_BLOCKS * 8
 
 
 def _orjson_keeps_int(value: str | int) -> bool:

@@ -122,14 +122,94 @@ class KeyMemo:
         return len(self._young) + len(self._old)
 
 
-#: The process's memo: the server and the worker size it from their settings
+class SessionPrompts:
+    """The block-hash array each session sent last, as its JSON text, with its
+    packed keys: a session's next turn, whose array starts with the last one's
+    (its history appended to, byte for byte), reuses those keys and has only its
+    new hashes decoded and keyed. The text is compared exactly, so nothing is
+    assumed of the hashes (chained or not). Bounded like `KeyMemo`: two
+    generations of at most `hashes` remembered block hashes each (the arrays'
+    lengths summed), about 8 bytes of keys and a hash's JSON text apiece."""
+
+    def __init__(self, hashes: int) -> None:
+        self.hashes = hashes
+        self._young: dict[str, tuple[bytes, bytes]] = {}
+        self._old: dict[str, tuple[bytes, bytes]] = {}
+        self._held = 0
+
+    def pack(
+        self,
+        session: str,
+        text: bytes,
+        decode: Callable[[bytes], list[str | int] | None],
+        pack: Callable[[list[str | int]], bytes | None],
+    ) -> bytes | None:
+        """The packed keys of the JSON array `text` sent in `session`: `decode`
+        reads an array's text (None: not valid here), `pack` keys its hashes."""
+        packed = self._continued(session, text, decode, pack)
+        if packed is None:
+            hashes = decode(text)
+            if hashes is None:
+                return None
+            packed = pack(hashes)
+            if packed is None:
+                return None
+        self._remember(session, text, packed)
+        return packed
+
+    def _continued(
+        self,
+        session: str,
+        text: bytes,
+        decode: Callable[[bytes], list[str | int] | None],
+        pack: Callable[[list[str | int]], bytes | None],
+    ) -> bytes | None:
+        """The keys of `text` from the session's last array when `text` is that
+        array (up to its `]`) then `]` or `,` and more hashes; else None."""
+        last = self._young.get(session) or self._old.get(session)
+        if last is None:
+            return None
+        start, keys = last
+        # `[` alone: `[,` is not JSON
+        if len(start) < 2 or len(text) <= len(start) or not text.startswith(start):
+            return None
+        follows = text[len(start)]
+        if follows == _CLOSE:
+            return keys if len(text) == len(start) + 1 else None
+        if follows != _COMMA:
+            return None
+        more = decode(b"[" + text[len(start) + 1 :])
+        if not more:  # `["a",]` is not JSON either
+            return None
+        packed = pack(more)
+        return None if packed is None else keys + packed
+
+    def _remember(self, session: str, text: bytes, packed: bytes) -> None:
+        if not self.hashes or not text.endswith(b"]"):
+            return
+        self._young[session] = (text[:-1], packed)
+        self._held += len(packed) // _KEY_BYTES
+        if self._held >= self.hashes:
+            self._old, self._young, self._held = self._young, {}, 0
+
+    def resize(self, hashes: int) -> None:
+        self.hashes = hashes
+        self._young, self._old, self._held = {}, {}, 0
+
+
+_CLOSE, _COMMA = b"],"
+
+
+#: The process's memos: the server sizes them from its settings
 #: (`Settings.hash_memo_entries`) with `use_memo`.
 MEMO = KeyMemo(Settings.model_fields["hash_memo_entries"].default)
+SESSION_PROMPTS = SessionPrompts(MEMO.entries)
 
 
 def use_memo(entries: int) -> None:
     if MEMO.entries != entries:
         MEMO.resize(entries)
+        SESSION_PROMPTS.resize(entries)
 
 
 def pack_block_hashes(hashes: Sequence[str | int]) -> bytes:
