@@ -12,7 +12,7 @@ against hex strings) and, with `--rss N`, a flood of N records whose hashes neve
 repeat, the server's peak RSS with the hash memo against without one.
 
     .venv/bin/python bench/ingest.py [--records 200000] [--threads 1] [--repeat 3]
-                                     [--gzip] [--hashes hex|int] [--rss 1000000]
+                                     [--gzip] [--hashes hex|int] [--rss 1000000] [--before DIR]
                                      [--postgres postgresql+psycopg://postgres@127.0.0.1:5432/test]
 """
 
@@ -120,17 +120,22 @@ class Server:
 
 @contextmanager
 def running_server(
-    database_url: str, log_path: Path, extra_env: dict[str, str] | None = None
+    database_url: str,
+    log_path: Path,
+    extra_env: dict[str, str] | None = None,
+    code: Path = PROJECT_ROOT,
 ) -> Iterator[Server]:
+    """`cachewatch serve` of the service code in `code` (this checkout, or another
+    one's for a before/after run) on a migrated `database_url`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEWATCH_")}
     env["CACHEWATCH_DATABASE_URL"] = database_url
     env.update(extra_env or {})
     # Ingestion alone: an analytics pass in the same process would compete for the GIL.
     env["CACHEWATCH_RUN_JOBS"] = "false"
-    cli(PROJECT_ROOT, env, "migrate")
-    token = cli(PROJECT_ROOT, env, "token", "create", "--scope", "ingest", "--name", "bench")
+    cli(code, env, "migrate")
+    token = cli(code, env, "token", "create", "--scope", "ingest", "--name", "bench")
     port = free_port()
-    process = start_server(env, port, log_path, cwd=PROJECT_ROOT)
+    process = start_server(env, port, log_path, cwd=code)
     try:
         yield Server(f"http://127.0.0.1:{port}", token, process)
     finally:
@@ -190,10 +195,11 @@ def http_rate(
     batches: list[bytes],
     log_path: Path,
     extra_env: dict[str, str] | None = None,
+    code: Path = PROJECT_ROOT,
 ) -> tuple[float, float, float]:
     """Records/s of one HTTP run into a fresh database, server CPU us/record, and the
     server's peak RSS in MiB."""
-    with running_server(database_url, log_path, extra_env) as server:
+    with running_server(database_url, log_path, extra_env, code) as server:
         elapsed, cpu = post_all(server, batches, 1)
         peak = peak_rss_mib(server)
     count = stored(database_url) - 1  # the warm-up record
@@ -248,6 +254,29 @@ def raw_sqlite3_inserts(database_url: str, rows: list[list[dict[str, Any]]]) -> 
     return elapsed
 
 
+def raw_sqlite3_executemany(database_url: str, rows: list[list[dict[str, Any]]]) -> float:
+    """Issue 38's floor: the same rows as ready tuples through the sqlite3 module's
+    `executemany` of one plain INSERT of every column (no conflict clause: the rows
+    are new), the server's pragmas and schema, 1,000 rows a transaction."""
+    engine = migrated_engine(database_url)
+    values = [[usage_row_values(row) for row in batch] for batch in rows]
+    statement = (
+        f"INSERT INTO usage_records ({', '.join(USAGE_COLUMNS)}) "
+        f"VALUES ({', '.join('?' * len(USAGE_COLUMNS))})"
+    )
+    started = time.perf_counter()
+    with engine.connect() as conn:
+        driver = conn.connection.driver_connection
+        assert isinstance(driver, sqlite3.Connection)
+        for batch in values:
+            driver.execute("BEGIN IMMEDIATE")
+            driver.executemany(statement, batch)
+            driver.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    engine.dispose()
+    return elapsed
+
+
 def direct_copy(database_url: str, rows: list[list[dict[str, Any]]]) -> float:
     engine = migrated_engine(database_url)
     columns = ", ".join(USAGE_COLUMNS)
@@ -294,7 +323,7 @@ def report(
     )
     runs = ", ".join(f"{count / s:,.0f}" for s in floors)
     print(f"{backend:<9} direct {floor_name:<12} {floor_rate:>9,.0f} records/s  (runs: {runs})")
-    print(f"{backend:<9} ratio http/direct   {ratio:>9.2f}")
+    print(f"{backend:<9} ratio http/direct   {ratio:>9.2f}" + before_ratio(backend, floor_rate))
     return http_rate, ratio
 
 
@@ -308,19 +337,41 @@ def run(
     args: argparse.Namespace,
     workdir: Path,
 ) -> tuple[float, float]:
-    http: list[tuple[float, float]] = []
+    http: dict[Path, list[tuple[float, float]]] = {code: [] for code in codes(args)}
     floors: list[float] = []
     for attempt in range(args.repeat):
-        with new_database(f"http{attempt}") as http_url:
-            log_path = workdir / f"server-{backend}-{attempt}.log"
-            with running_server(http_url, log_path) as server:
-                http.append(post_all(server, batches, args.threads, args.gzip))
-            count = stored(http_url) - 1  # the warm-up record
-            assert count == args.records, f"{count} stored of {args.records}"
+        for code, runs in http.items():
+            with new_database(f"http{attempt}") as http_url:
+                log_path = workdir / f"server-{backend}-{attempt}.log"
+                with running_server(http_url, log_path, code=code) as server:
+                    runs.append(post_all(server, batches, args.threads, args.gzip))
+                count = stored(http_url) - 1  # the warm-up record
+                assert count == args.records, f"{count} stored of {args.records}"
         with new_database(f"direct{attempt}") as direct_url:
             floors.append(floor(direct_url, rows))
             assert stored(direct_url) == args.records
-    return report(backend, floor_name, args.records, http, floors)
+    if args.before:
+        before = args.records / min(http[args.before])[0]
+        BEFORE_RATES[backend] = before
+        print(
+            f"{backend:<9} before: POST /v1/usage {before:>9,.0f} records/s  (runs: "
+            + ", ".join(f"{args.records / s:,.0f}" for s, _ in http[args.before])
+            + f"; {args.before})"
+        )
+    return report(backend, floor_name, args.records, http[PROJECT_ROOT], floors)
+
+
+def codes(args: argparse.Namespace) -> list[Path]:
+    """The service code measured: `--before`'s checkout first, then this one."""
+    return [args.before, PROJECT_ROOT] if args.before else [PROJECT_ROOT]
+
+
+def before_ratio(backend: str, floor_rate: float) -> str:
+    rate = BEFORE_RATES.get(backend)
+    return "" if rate is None else f" (before: {rate / floor_rate:.2f})"
+
+
+BEFORE_RATES: dict[str, float] = {}
 
 
 def print_goal(backend: str, floor_name: str, rate: float, ratio: float) -> None:
@@ -333,49 +384,67 @@ def print_goal(backend: str, floor_name: str, rate: float, ratio: float) -> None
 
 def long_prompts(args: argparse.Namespace, workdir: Path) -> None:
     """Issue 38's long prompts: records of `--long-blocks` hashes, ints against hex
-    strings, over HTTP into SQLite, alternated in one run (best of --repeat each)."""
-    runs: dict[str, list[float]] = {"int": [], "hex": []}
-    for attempt in range(args.repeat):
-        for kind in runs:
-            batches = make_batches(args.long_records, 100, args.long_blocks, kind)
-            url = f"sqlite:///{workdir / f'long-{kind}-{attempt}.db'}"
-            rate, _, _ = http_rate(url, batches, workdir / f"long-{kind}.log")
-            runs[kind].append(rate)
-    best = {kind: max(rates) for kind, rates in runs.items()}
-    for kind, rates in runs.items():
+    strings, over HTTP into SQLite, alternated in one run (best of --repeat each),
+    with `--before` that code's server too."""
+    runs: dict[tuple[Path, str], list[float]] = {
+        (code, kind): [] for code in codes(args) for kind in ("int", "hex")
+    }
+    batches = {
+        kind: make_batches(args.long_records, 100, args.long_blocks, kind)
+        for kind in ("int", "hex")
+    }
+    for _ in range(args.repeat):
+        for (code, kind), rates in runs.items():
+            url = f"sqlite:///{workdir / f'long-{kind}-{len(rates)}-{code.name}.db'}"
+            rate, _, _ = http_rate(url, batches[kind], workdir / "long.log", code=code)
+            rates.append(rate)
+    for code in codes(args):
+        label = "before" if code != PROJECT_ROOT else "long"
+        best = {kind: max(runs[code, kind]) for kind in ("int", "hex")}
+        for kind in best:
+            print(
+                f"{label:<9} {args.long_blocks:,} {kind:<3} hashes a record  "
+                f"{best[kind]:>9,.0f} records/s"
+                f" ({best[kind] * args.long_blocks / 1e6:.2f} M hashes/s; runs: "
+                + ", ".join(f"{r:,.0f}" for r in runs[code, kind])
+                + ")"
+            )
+        ratio = best["hex"] / best["int"]
+        goal = f"  goal >= {GOAL_HEX_RATIO}: " + ("met" if ratio >= GOAL_HEX_RATIO else "MISSED")
         print(
-            f"long      {args.long_blocks:,} {kind:<3} hashes a record  "
-            f"{best[kind]:>9,.0f} records/s"
-            f" ({best[kind] * args.long_blocks / 1e6:.2f} M hashes/s; runs: "
-            + ", ".join(f"{r:,.0f}" for r in rates)
-            + ")"
+            f"{label:<9} ratio hex/int           {ratio:>9.2f}" + (goal if label == "long" else "")
         )
-    ratio = best["hex"] / best["int"]
-    print(
-        f"long      ratio hex/int           {ratio:>9.2f}  goal >= {GOAL_HEX_RATIO}: "
-        + ("met" if ratio >= GOAL_HEX_RATIO else "MISSED")
-    )
 
 
 def never_repeating(args: argparse.Namespace, workdir: Path) -> None:
     """Issue 38's memory bound: `--rss` records whose hashes never repeat (16 hex a
-    record), the server without a memo (`CACHEWATCH_HASH_MEMO_ENTRIES=0`, the code
-    before the memo) against the default memo: its peak RSS and its rate."""
+    record): the server's peak RSS and rate with `--before`'s code against this
+    one's, or without one, this code with no memo (`CACHEWATCH_HASH_MEMO_ENTRIES=0`)
+    against the default memo."""
     batches = make_batches(args.rss, args.batch, 16, "hex", recurring=False)
+    cases: list[tuple[str, dict[str, str], Path]] = (
+        [("before", {}, args.before), ("after", {}, PROJECT_ROOT)]
+        if args.before
+        else [
+            ("no memo", {"CACHEWATCH_HASH_MEMO_ENTRIES": "0"}, PROJECT_ROOT),
+            ("memo", {}, PROJECT_ROOT),
+        ]
+    )
     results = {}
-    for label, env in (("no memo", {"CACHEWATCH_HASH_MEMO_ENTRIES": "0"}), ("memo", {})):
+    for label, env, code in cases:
         url = f"sqlite:///{workdir / ('rss-' + label.replace(' ', '-') + '.db')}"
-        results[label] = http_rate(url, batches, workdir / "rss.log", env)
+        results[label] = http_rate(url, batches, workdir / "rss.log", env, code)
         rate, cpu_us, peak = results[label]
         print(
             f"flood     {args.rss:,} records, hashes never repeat, {label:<7}: {rate:>9,.0f} "
             f"records/s, server CPU {cpu_us:.1f} us/record, peak RSS {peak:,.0f} MiB"
         )
-    ratio = results["memo"][2] / results["no memo"][2]
+    (first, *_), (second, *_) = cases
+    ratio = results[second][2] / results[first][2]
     print(
-        f"flood     peak RSS memo/no memo {ratio:>9.2f}  goal <= {GOAL_RSS_RATIO}: "
+        f"flood     peak RSS {second}/{first} {ratio:>9.2f}  goal <= {GOAL_RSS_RATIO}: "
         + ("met" if ratio <= GOAL_RSS_RATIO else "MISSED")
-        + f"; rate memo/no memo {results['memo'][0] / results['no memo'][0]:.2f}"
+        + f"; rate {second}/{first} {results[second][0] / results[first][0]:.2f}"
     )
 
 
@@ -392,7 +461,15 @@ def main() -> None:
     parser.add_argument("--long-records", type=int, default=5_000)
     parser.add_argument("--long-blocks", type=int, default=1_000, help="0: no long prompts")
     parser.add_argument("--rss", type=int, default=0, metavar="N", help="the flood of N records")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        metavar="DIR",
+        help="also measure the server of this checkout (a worktree of an earlier commit)",
+    )
     args = parser.parse_args()
+    if args.before:
+        args.before = args.before.resolve()
 
     print(
         f"{args.records:,} records, {args.blocks} {args.hashes} block_hashes each, NDJSON "
@@ -428,11 +505,23 @@ def main() -> None:
         print(
             f"sqlite    (context) raw sqlite3, the server's statements {raw_rate:,.0f} records/s, "
             f"no SQLAlchemy, no HTTP: SQLite's own cost; http/raw {rate / raw_rate:.2f}"
+            + before_ratio("sqlite", raw_rate)
+        )
+        plain = [
+            raw_sqlite3_executemany(f"sqlite:///{workdir / f'plain{attempt}.db'}", rows)
+            for attempt in range(args.repeat)
+        ]
+        plain_rate = args.records / min(plain)
+        print(
+            f"sqlite    raw sqlite3 executemany   {plain_rate:>9,.0f} records/s  (runs: "
+            + ", ".join(f"{args.records / s:,.0f}" for s in plain)
+            + f"); http/raw executemany {rate / plain_rate:.2f}"
+            + before_ratio("sqlite", plain_rate)
         )
         print_goal("sqlite", "executemany", rate, ratio)
         print(
-            f"sqlite    goal http/raw sqlite3 >= {GOAL_RAW_RATIO}: "
-            + ("met" if rate / raw_rate >= GOAL_RAW_RATIO else "MISSED")
+            f"sqlite    goal http/raw sqlite3 executemany >= {GOAL_RAW_RATIO}: "
+            + ("met" if rate / plain_rate >= GOAL_RAW_RATIO else "MISSED")
         )
         if args.postgres:
             url = args.postgres
@@ -445,7 +534,7 @@ def main() -> None:
             )
             print_goal("postgres", "COPY", rate, ratio)
             print(
-                f"postgres  goal http/COPY >= {GOAL_COPY_RATIO}: "
+                f"postgres  goal http/COPY >= {GOAL_COPY_RATIO} (the issue's figure of before): "
                 + ("met" if ratio >= GOAL_COPY_RATIO else "MISSED")
             )
         if args.long_blocks:
