@@ -341,7 +341,7 @@ def run(
     floors: list[float] = []
     for attempt in range(args.repeat):
         for code, runs in http.items():
-            with new_database(f"http{attempt}") as http_url:
+            with new_database(f"http{attempt}-{code.name}") as http_url:
                 log_path = workdir / f"server-{backend}-{attempt}.log"
                 with running_server(http_url, log_path, code=code) as server:
                     runs.append(post_all(server, batches, args.threads, args.gzip))

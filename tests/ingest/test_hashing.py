@@ -82,11 +82,24 @@ def test_a_hash_in_use_survives_the_generations(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(hashing, "key_bytes", counting)
     memo = KeyMemo(entries=4)
     for i in range(50):
-        assert memo.pack(["hot", f"new-{i}", f"other-{i}"]) == b"".join(
-            map(key_bytes, ["hot", f"new-{i}", f"other-{i}"])
-        )
+        assert memo.pack(["hot", f"new-{i}"]) == b"".join(map(key_bytes, ["hot", f"new-{i}"]))
     assert computed.count("hot") == 1
-    assert len(computed) == 101
+    assert len(computed) == 51
+
+
+def test_a_flood_of_new_hashes_turns_the_memo_off_for_a_while() -> None:
+    """A generation that found none of its hashes: the next 8 generations' worth of
+    hashes are keyed without the memo (nothing stored), then it is tried again."""
+    memo = KeyMemo(entries=10)
+    memo.pack(["kept"])
+    for i in range(9):  # the rest of a generation, all new
+        memo.pack([f"flood-{i}"])
+    held = len(memo)
+    for i in range(80):  # skipped: keyed right, nothing stored
+        assert memo.pack([f"later-{i}"]) == key_bytes(f"later-{i}")
+    assert len(memo) == held
+    assert memo.pack(["again", "kept"]) == key_bytes("again") + key_bytes("kept")
+    assert len(memo) == held + 2  # used again ("kept" carried from the old generation)
 
 
 def test_a_memo_of_nothing_remembers_nothing() -> None:
