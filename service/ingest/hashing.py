@@ -157,6 +157,12 @@ def _computed(
     return b"".join(map(key_bytes, hashes))
 
 
+#: Reads a block-hash array's JSON text (None: not one), and keys a list of hashes
+#: (None: a hash refused): what the fast path gives `SessionPrompts.pack`.
+Decode = Callable[[bytes], list[str | int] | None]
+Pack = Callable[[list[str | int]], bytes | None]
+
+
 class SessionPrompts:
     """The block-hash array each session sent last, as its JSON text, with its
     packed keys: a session's next turn, whose array starts with the last one's
@@ -172,13 +178,7 @@ class SessionPrompts:
         self._old: dict[str, tuple[bytes, bytes]] = {}
         self._held = 0
 
-    def pack(
-        self,
-        session: str,
-        text: bytes,
-        decode: Callable[[bytes], list[str | int] | None],
-        pack: Callable[[list[str | int]], bytes | None],
-    ) -> bytes | None:
+    def pack(self, session: str, text: bytes, decode: Decode, pack: Pack) -> bytes | None:
         """The packed keys of the JSON array `text` sent in `session`: `decode`
         reads an array's text (None: not valid here), `pack` keys its hashes."""
         packed = self._continued(session, text, decode, pack)
@@ -192,13 +192,7 @@ class SessionPrompts:
         self._remember(session, text, packed)
         return packed
 
-    def _continued(
-        self,
-        session: str,
-        text: bytes,
-        decode: Callable[[bytes], list[str | int] | None],
-        pack: Callable[[list[str | int]], bytes | None],
-    ) -> bytes | None:
+    def _continued(self, session: str, text: bytes, decode: Decode, pack: Pack) -> bytes | None:
         """The keys of `text` from the session's last array when `text` is that
         array (up to its `]`) then `]` or `,` and more hashes; else None."""
         last = self._young.get(session) or self._old.get(session)
