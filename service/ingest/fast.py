@@ -18,7 +18,12 @@ Two entry points:
   - every int is bounded to int64 in the type, or checked here: orjson turns an
     int outside [-2**63, 2**64 - 1] into a float, which pydantic then refuses;
   - a provider usage object (`usage`, Gemini's `usageMetadata` or
-    `usage_metadata`) is kept as raw JSON and decoded by orjson itself.
+    `usage_metadata`) is kept as raw JSON and decoded by orjson itself;
+  - `block_hashes` is kept as raw JSON and keyed by `finish_line`, which decodes
+    it to its type (a session's next array only past the last one's text,
+    `service.ingest.hashing.SessionPrompts`): an array that is not valid there,
+    or not to orjson (invalid UTF-8, a number out of range), sends the line to
+    orjson, as a line msgspec could not decode.
 - `convert_value`: a record already decoded by orjson (array bodies, single
   objects, lines with unknown fields): `msgspec.convert` onto the same fields.
 
