@@ -1,0 +1,78 @@
+"""Memory of the hash memo (service/ingest/hashing.py), per remembered hash, as
+docs/deployment.md ("Sizing") quotes it: `tracemalloc` over a `KeyMemo` filled with
+one generation of fresh strings of 16, 64 and 200 characters, and over
+`SessionPrompts` holding arrays of 16 and 1,000 such hashes. Not a test: prints.
+
+    .venv/bin/python bench/hash_memo.py [--entries 100000]
+"""
+
+import argparse
+import sys
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from service.ingest.hashing import KeyMemo, SessionPrompts, key_bytes
+
+
+def traced(fill: Callable[[], tuple[int, object]]) -> tuple[float, int]:
+    """Bytes allocated by `fill` and kept by what it returns (measured while that is
+    alive), and how many hashes it says that holds."""
+    tracemalloc.start()
+    held, keeper = fill()
+    kept = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del keeper
+    return kept, held
+
+
+def hex_of(width: int, value: int) -> str:
+    return f"{value:0{width}x}"
+
+
+def memo_fill(width: int, entries: int) -> Callable[[], tuple[int, object]]:
+    def fill() -> tuple[int, object]:
+        memo = KeyMemo(entries + 1)  # one full generation, no rotation
+        for start in range(0, entries, 1000):
+            memo.pack([hex_of(width, i) for i in range(start, min(start + 1000, entries))])
+        return len(memo), memo
+
+    return fill
+
+
+def prompts_fill(width: int, per_array: int, hashes: int) -> Callable[[], tuple[int, object]]:
+    def fill() -> tuple[int, object]:
+        prompts = SessionPrompts(hashes + per_array)  # one generation
+        for session in range(hashes // per_array):
+            first = session * per_array
+            text = orjson.dumps([hex_of(width, first + j) for j in range(per_array)])
+            prompts.pack(str(session), text, orjson.loads, lambda h: b"".join(map(key_bytes, h)))
+        return hashes // per_array * per_array, prompts
+
+    return fill
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--entries", type=int, default=100_000)
+    args = parser.parse_args()
+    n = args.entries
+    for width in (16, 64, 200):
+        kept, held = traced(memo_fill(width, n))  # type: ignore[arg-type]
+        print(
+            f"KeyMemo         {width:>3}-character hashes: {kept / held:6.0f} B a remembered hash"
+        )
+    for width, per in ((16, 16), (16, 1000), (200, 1000)):
+        kept, held = traced(prompts_fill(width, per, n))
+        print(
+            f"SessionPrompts  {width:>3}-character hashes, {per:>5} an array: "
+            f"{kept / held:6.0f} B a held hash"
+        )
+
+
+if __name__ == "__main__":
+    main()
