@@ -25,6 +25,9 @@ def is_sqlite(url: str) -> bool:
 #: transactions waits for a lock another pass holds.
 LOCK_WAIT_S = "cachewatch_lock_wait_s"
 _DEADLINE = "cachewatch_lock_deadline"  # Connection.info: the transaction's LockDeadline
+#: Execution option of an engine made by `reading_only`: its transactions only read.
+READ_ONLY = "cachewatch_read_only"
+_QUERY_ONLY = "cachewatch_query_only"  # Connection.info: SQLite's query_only pragma as set
 
 
 class PassBusy(OperationalError):
@@ -80,17 +83,47 @@ def waiting_for_locks(factory: sessionmaker[Session], wait_s: float) -> sessionm
     return sessionmaker(**{**factory.kw, "bind": bind.execution_options(**{LOCK_WAIT_S: wait_s})})
 
 
+def reading_only(factory: sessionmaker[Session]) -> sessionmaker[Session]:
+    """`factory` whose transactions only read: the sessions of the read routes.
+
+    On SQLite every other transaction begins IMMEDIATE (`make_engine`), taking the
+    write lock for its whole length: a dashboard's five data requests would queue
+    behind each other and behind ingestion, and one that waited past the busy
+    timeout answered 503. These begin DEFERRED (a WAL snapshot, no lock) with the
+    `query_only` pragma on; on PostgreSQL they are READ ONLY transactions. Either
+    way a write in a read route fails loudly instead of taking a lock. The same
+    pool and connections as `factory`'s."""
+    bind = factory.kw.get("bind")
+    if not isinstance(bind, Engine):  # bound to a connection (tests): left as it is
+        return factory
+    return sessionmaker(**{**factory.kw, "bind": bind.execution_options(**{READ_ONLY: True})})
+
+
+def _pg_begin(conn: Connection) -> None:
+    _set_lock_deadline(conn)
+    if conn.get_execution_options().get(READ_ONLY):
+        conn.exec_driver_sql("SET TRANSACTION READ ONLY").close()
+
+
+def _sqlite_query_only(conn: Connection, on: bool) -> None:
+    """SQLite's `query_only` pragma for the connection's next transaction, set only
+    when it changes (it stays with the pooled DBAPI connection)."""
+    if conn.info.get(_QUERY_ONLY, False) is not on:
+        conn.exec_driver_sql(f"PRAGMA query_only={int(on)}").close()
+        conn.info[_QUERY_ONLY] = on
+
+
 def make_engine(settings: Settings, *, sqlite_begin: str = "IMMEDIATE", **kwargs: Any) -> Engine:
     """`sqlite_begin`: IMMEDIATE takes SQLite's write lock when a transaction starts,
     so a transaction that reads (the token) and then writes waits for the lock
     (busy_timeout) instead of failing on a stale snapshot; long read-only passes
-    use DEFERRED so they never hold it."""
+    use DEFERRED so they never hold it, as do the read routes (`reading_only`)."""
     url = settings.database_url
     if not is_sqlite(url):
         # pre_ping: after a PostgreSQL restart, stale pooled connections are
         # replaced instead of failing the first request of each.
         pg_engine = create_engine(url, pool_pre_ping=True, **kwargs)
-        event.listen(pg_engine, "begin", _set_lock_deadline)
+        event.listen(pg_engine, "begin", _pg_begin)
         return pg_engine
     _bind_none_and_bytes_directly()
     engine = create_engine(url, connect_args={"timeout": 30}, **kwargs)
@@ -115,6 +148,11 @@ def make_engine(settings: Settings, *, sqlite_begin: str = "IMMEDIATE", **kwargs
     @event.listens_for(engine, "begin")
     def _sqlite_begin(conn: Connection) -> None:
         wait_s = _set_lock_deadline(conn)
+        read_only = bool(conn.get_execution_options().get(READ_ONLY))
+        _sqlite_query_only(conn, read_only)
+        if read_only:
+            conn.exec_driver_sql("BEGIN DEFERRED")
+            return
         if wait_s is None:
             conn.exec_driver_sql(f"BEGIN {sqlite_begin}")
             return
@@ -167,7 +205,28 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
     its start (which does no I/O: the session connects on first use) and its end on
     worker threads, two trips a request. A failure's rollback stays on the event
     loop: it is rare and cheap, and awaiting inside a cancelled request is not."""
-    session: Session = request.app.state.sessionmaker()
+    async for session in _request_session(request.app.state.sessionmaker):
+        yield session
+
+
+async def get_read_session(request: Request) -> AsyncIterator[Session]:
+    """As `get_session`, for a route that only reads (`reading_only`)."""
+    async for session in _request_session(read_sessionmaker(request.app.state)):
+        yield session
+
+
+def read_sessionmaker(state: Any) -> sessionmaker[Session]:
+    """`reading_only(state.sessionmaker)`, made once per sessionmaker the app's state
+    holds (tests replace it with one bound to their connection)."""
+    factory: sessionmaker[Session] = state.sessionmaker
+    made = getattr(state, "read_sessionmaker", None)
+    if made is None or made[0] is not factory:
+        made = state.read_sessionmaker = (factory, reading_only(factory))
+    return made[1]
+
+
+async def _request_session(factory: sessionmaker[Session]) -> AsyncIterator[Session]:
+    session = factory()
     try:
         yield session
     except BaseException:

@@ -9,7 +9,7 @@ from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBea
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from service.db import get_session
+from service.db import get_read_session, get_session, read_sessionmaker
 from service.ingest import inflight
 from service.ingest.body import BodyTooLarge, is_gzip
 from service.services.tokens import Scope, TokenCache, allows, token_scope
@@ -17,6 +17,8 @@ from service.settings import Settings
 
 # scope="function": the session commits before the response is sent.
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+# The session of a route that only reads: on SQLite it takes no lock (`reading_only`).
+ReadSessionDep = Annotated[Session, Depends(get_read_session, scope="function")]
 
 
 # Dependencies that do no I/O are async: FastAPI runs a sync one on a worker thread,
@@ -89,7 +91,7 @@ def _unauthorised(message: str) -> HTTPException:
 async def _check_token(request: Request, token: str, needed: Scope) -> None:
     token = token[:512]
     cache: TokenCache = request.app.state.token_cache
-    factory: sessionmaker[Session] = request.app.state.sessionmaker
+    factory = read_sessionmaker(request.app.state)
     granted = await cache.scope(token, lambda: run_in_threadpool(_stored_scope, factory, token))
     if granted is None:
         raise _unauthorised("unknown token")
@@ -98,9 +100,9 @@ async def _check_token(request: Request, token: str, needed: Scope) -> None:
 
 
 def _stored_scope(factory: sessionmaker[Session], token: str) -> Scope | None:
-    """In a session of its own, ended at once: on SQLite its transaction holds the
-    write lock (BEGIN IMMEDIATE), which the request's session would otherwise keep
-    while the body is parsed and validated, serializing concurrent batches."""
+    """In a read-only session of its own, ended at once: a lookup in the request's
+    session would begin its transaction early, and on SQLite (BEGIN IMMEDIATE) hold
+    the write lock while the body is parsed and validated."""
     with factory() as session:
         return token_scope(session, token)
 

@@ -3,7 +3,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 
 from service.alerts.views import alert_to_json
-from service.api.deps import ReadAuth, SessionDep
+from service.api.deps import ReadAuth, ReadSessionDep
 from service.api.params import ServiceParam
 from service.api.schemas import READ_ERRORS
 from service.services.alerts import list_alerts
@@ -15,7 +15,7 @@ State = Literal["pending", "sending", "sent", "failed", "no_webhook"]
 
 @router.get("/v1/alerts", dependencies=[ReadAuth])
 def get_alerts(
-    session: SessionDep,
+    session: ReadSessionDep,
     state: State | None = None,
     kind: Literal["opened", "resolved"] | None = None,
     regression_id: Annotated[int | None, Query(ge=1, le=2**62)] = None,

@@ -37,11 +37,12 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import orjson
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from sqlalchemy.orm import Session
 
 from dashboards import data, groups, page
 from dashboards.cache import ReplayCache, ResultCache
 from dashboards.filters import FilterError, RawFilters, resolve
-from service.api.deps import AUTH_COOKIE, BodyDep, ReadAuth, SessionDep, SettingsDep
+from service.api.deps import AUTH_COOKIE, BodyDep, ReadAuth, ReadSessionDep, SessionDep, SettingsDep
 from service.api.freshness import CaughtUp
 from service.services import dashboard
 from service.services.tokens import Scope, allows, token_scope
@@ -104,7 +105,7 @@ def _presented_token(request: Request) -> str | None:
     return request.cookies.get(AUTH_COOKIE)
 
 
-def _can_read(request: Request, session: SessionDep, settings: Settings) -> bool:
+def _can_read(request: Request, session: Session, settings: Settings) -> bool:
     if settings.public_read:
         return True
     token = _presented_token(request)
@@ -128,7 +129,7 @@ def _html(body: str, status: int = 200) -> HTMLResponse:
 
 
 @router.get("/", response_class=HTMLResponse)
-def dashboard_page(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
+def dashboard_page(request: Request, session: ReadSessionDep, settings: SettingsDep) -> Response:
     if not _can_read(request, session, settings):
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return RedirectResponse("/login?" + urlencode({"next": target}), status_code=303)
@@ -237,7 +238,7 @@ def _is_https(request: Request) -> bool:
 # --- data requests -----------------------------------------------------------------
 
 
-def _context(request: Request, session: SessionDep) -> data.Context:
+def _context(request: Request, session: Session) -> data.Context:
     try:
         return data.context(session, raw_filters(request), time.time_ns() // 1000)
     except FilterError as exc:
@@ -258,7 +259,7 @@ def _encode(payload: Any) -> bytes:
 
 
 def _cached(
-    request: Request, session: SessionDep, panel: str, build: Callable[[], Any], *extra: Any
+    request: Request, session: Session, panel: str, build: Callable[[], Any], *extra: Any
 ) -> Response:
     """The answer for this view and data version, computed once."""
     key = (panel, request.url.query, dashboard.data_version(session), *extra)
@@ -271,7 +272,7 @@ def _cached(
 
 
 @router.get("/dashboard/data/series", dependencies=[ReadAuth, CaughtUp])
-def series_data(request: Request, session: SessionDep) -> Response:
+def series_data(request: Request, session: ReadSessionDep) -> Response:
     """Headline numbers and the hit-rate, rewarms, TTFT and replicas figures."""
     return _cached(
         request,
@@ -284,7 +285,7 @@ def series_data(request: Request, session: SessionDep) -> Response:
 @router.get("/dashboard/data/capacity", dependencies=[ReadAuth, CaughtUp])
 def capacity_data(
     request: Request,
-    session: SessionDep,
+    session: ReadSessionDep,
     sample: Annotated[int | None, Query(ge=0, le=2**63 - 1)] = None,
 ) -> Response:
     """The capacity figure; `{"pending": true, "sample": id}` (202) while its replay
@@ -295,7 +296,7 @@ def capacity_data(
 
 
 @router.get("/dashboard/data/tables", dependencies=[ReadAuth, CaughtUp])
-def tables_data(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
+def tables_data(request: Request, session: ReadSessionDep, settings: SettingsDep) -> Response:
     """The regressions (with their alert state) and the top prefixes."""
     return _cached(
         request,
@@ -307,7 +308,7 @@ def tables_data(request: Request, session: SessionDep, settings: SettingsDep) ->
 
 
 @router.get("/dashboard/data/findings", dependencies=[ReadAuth, CaughtUp])
-def findings_data(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
+def findings_data(request: Request, session: ReadSessionDep, settings: SettingsDep) -> Response:
     """The findings of the view (contract section 5b), worst first, or what the
     range's records lack for them. Its own request: the other panels never wait
     for it."""
@@ -320,7 +321,7 @@ def findings_data(request: Request, session: SessionDep, settings: SettingsDep) 
 
 
 @router.get("/dashboard/data/groups", dependencies=[ReadAuth, CaughtUp])
-def groups_data(request: Request, session: SessionDep) -> Response:
+def groups_data(request: Request, session: ReadSessionDep) -> Response:
     """The groups table (one row per value of the view's `groups` field, as
     `GET /v1/groups` answers, each with a sparkline) and, when two or more deploy
     tags served the range, their hit rates side by side (the canary panel)."""

@@ -4,7 +4,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from service.api.deps import ReadAuth, SessionDep
+from service.api.deps import ReadAuth, ReadSessionDep
 from service.api.freshness import CaughtUp
 from service.api.params import ModelParam, ServiceParam, TimeParam, ToParam, parse_time_param
 from service.api.schemas import READ_ERRORS, DiagnosesOut
@@ -16,7 +16,7 @@ router = APIRouter(tags=["analytics"], responses=READ_ERRORS)
 
 @router.get("/v1/diagnoses", dependencies=[ReadAuth, CaughtUp], response_model=DiagnosesOut)
 def get_diagnoses(
-    session: SessionDep,
+    session: ReadSessionDep,
     service: ServiceParam = None,
     model: ModelParam = None,
     from_: TimeParam = None,

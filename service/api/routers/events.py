@@ -6,7 +6,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from service.api.deps import BodyDep, IngestAuth, ReadAuth, SessionDep
+from service.api.deps import BodyDep, IngestAuth, ReadAuth, ReadSessionDep, SessionDep
 from service.api.params import ModelParam, ServiceParam, TimeParam, ToParam, parse_time_param
 from service.api.schemas import EVENT_SCHEMA, READ_ERRORS, ErrorAnswer, EventOut, json_body
 from service.ingest.records import format_validation_error
@@ -62,7 +62,7 @@ def _reject(
 
 @router.get("/v1/events", dependencies=[ReadAuth], response_model=list[EventOut])
 def get_events(
-    session: SessionDep,
+    session: ReadSessionDep,
     service: ServiceParam = None,
     model: ModelParam = None,
     kind: Annotated[str | None, Query(max_length=20, pattern=r"^[a-z_]*$")] = None,

@@ -4,7 +4,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from service.api.deps import ReadAuth, SessionDep, SettingsDep
+from service.api.deps import ReadAuth, ReadSessionDep, SettingsDep
 from service.api.freshness import CaughtUp
 from service.api.params import (
     LimitParam,
@@ -28,7 +28,7 @@ router = APIRouter(tags=["analytics"], responses=READ_ERRORS)
 def get_findings(
     request: Request,
     response: Response,
-    session: SessionDep,
+    session: ReadSessionDep,
     settings: SettingsDep,
     service: ServiceParam = None,
     model: ModelParam = None,

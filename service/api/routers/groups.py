@@ -4,7 +4,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 
-from service.api.deps import ReadAuth, SessionDep, SettingsDep
+from service.api.deps import ReadAuth, ReadSessionDep, SettingsDep
 from service.api.freshness import CaughtUp
 from service.api.params import (
     LimitParam,
@@ -27,7 +27,7 @@ router = APIRouter(tags=["analytics"], responses=READ_ERRORS)
 def get_groups(
     request: Request,
     response: Response,
-    session: SessionDep,
+    session: ReadSessionDep,
     settings: SettingsDep,
     by: Annotated[Literal["scenario", "tenant", "deploy"], Query()],
     service: ServiceParam = None,

@@ -5,7 +5,7 @@ import orjson
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import Response
 
-from service.api.deps import ReadAuth, SessionDep, SettingsDep
+from service.api.deps import ReadAuth, ReadSessionDep, SettingsDep
 from service.api.freshness import CaughtUp
 from service.api.params import (
     DeployParam,
@@ -104,7 +104,7 @@ def parse_sizes(value: str | None) -> list[int]:
     },
 )
 def get_metrics(
-    session: SessionDep,
+    session: ReadSessionDep,
     settings: SettingsDep,
     service: ServiceParam = None,
     model: ModelParam = None,
@@ -152,7 +152,7 @@ def get_metrics(
     response_model_exclude_unset=True,
 )
 def get_capacity(
-    session: SessionDep,
+    session: ReadSessionDep,
     settings: SettingsDep,
     model: ModelParam = None,
     from_: TimeParam = None,

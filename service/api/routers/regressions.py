@@ -2,7 +2,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from service.api.deps import AdminAuth, ReadAuth, SessionDep, SettingsDep
+from service.api.deps import AdminAuth, ReadAuth, ReadSessionDep, SessionDep, SettingsDep
 from service.api.params import ServiceParam
 from service.api.schemas import READ_ERRORS, RegressionOut
 from service.services.detection import detect
@@ -13,7 +13,7 @@ router = APIRouter(tags=["regressions"], responses=READ_ERRORS)
 
 @router.get("/v1/regressions", dependencies=[ReadAuth], response_model=list[RegressionOut])
 def get_regressions(
-    session: SessionDep,
+    session: ReadSessionDep,
     service: ServiceParam = None,
     status: Status | None = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,

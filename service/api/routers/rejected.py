@@ -2,7 +2,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from service.api.deps import ReadAuth, SessionDep
+from service.api.deps import ReadAuth, ReadSessionDep
 from service.api.schemas import READ_ERRORS, RejectedOut
 from service.services.rejected import list_rejected, rejected_to_json
 
@@ -11,7 +11,7 @@ router = APIRouter(tags=["ingestion"], responses=READ_ERRORS)
 
 @router.get("/v1/rejected", dependencies=[ReadAuth], response_model=list[RejectedOut])
 def get_rejected(
-    session: SessionDep,
+    session: ReadSessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before_id: Annotated[int | None, Query(ge=1, le=2**62)] = None,
 ) -> list[RejectedOut]:
