@@ -28,11 +28,23 @@ RECORDS = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+OTLP_ITEMS = Counter(
+    "cachewatch_otlp_items",
+    "Spans and log records received over OTLP by this process that are not usage: "
+    "ignored (not a model call: an application's other spans and log lines, a coding "
+    "agent's other events) or body (a coding agent's request body, whose fingerprint "
+    "goes to its request's record).",
+    ["signal", "kind"],
+    registry=REGISTRY,
+)
 DETECTION_RUNS = Counter(
     "cachewatch_detection_runs", "Detection passes run by this process.", registry=REGISTRY
 )
 for _outcome in ("accepted", "duplicate", "rejected"):
     RECORDS.labels(_outcome)  # exported as 0 from the start: rate() needs a first sample
+for _signal in ("traces", "logs"):
+    for _kind in ("ignored", "body"):
+        OTLP_ITEMS.labels(_signal, _kind)
 
 _PENDING = "cachewatch.telemetry.pending"
 _LISTENING = "cachewatch.telemetry.listening"
@@ -57,6 +69,15 @@ def _flush(session: Session) -> None:
 
 def _drop(session: Session, _previous: Any) -> None:
     session.info.pop(_PENDING, None)
+
+
+def count_otlp_items(signal: str, ignored: int, bodies: int) -> None:
+    """Count what a decoded OTLP request held besides usage (as received: a request
+    answered 503 and retried counts twice)."""
+    if ignored:
+        OTLP_ITEMS.labels(signal, "ignored").inc(ignored)
+    if bodies:
+        OTLP_ITEMS.labels(signal, "body").inc(bodies)
 
 
 def count_detection_run() -> None:

@@ -94,13 +94,13 @@ def is_genai(item: OtlpItem) -> bool:
 def to_record(item: OtlpItem) -> dict[str, Any]:
     attrs, resource = item.attributes, item.resource
     record: dict[str, Any] = {
-        "request_id": _first(attrs, ("gen_ai.response.id",)) or _fallback_id(item),
+        "request_id": _first(attrs, ("gen_ai.response.id",)) or fallback_id(item),
         "service": resource.get("service.name"),
         "model": _first(attrs, MODEL),
         "deploy": resource.get("service.version"),
         "replica": attrs.get("server.address"),
         "session_id": attrs.get("gen_ai.conversation.id"),
-        "completion_tokens": _integral(_first(attrs, OUTPUT_TOKENS)),
+        "completion_tokens": integral(_first(attrs, OUTPUT_TOKENS)),
     }
     if item.start_ns:  # 0 is "unset" in OTLP: then `ts` is missing, and says so
         record["ts"] = item.start_ns
@@ -111,11 +111,11 @@ def to_record(item: OtlpItem) -> dict[str, Any]:
     ttft = _ttft_ms(item)
     if ttft is not None:
         record["ttft_ms"] = ttft
-    record.update(_cachewatch_fields(attrs, resource))
-    return {k: _spelled_if_not_finite(v) for k, v in record.items() if v is not None}
+    record.update(cachewatch_fields(attrs, resource))
+    return {k: spelled_if_not_finite(v) for k, v in record.items() if v is not None}
 
 
-def _spelled_if_not_finite(value: Any) -> Any:
+def spelled_if_not_finite(value: Any) -> Any:
     """A NaN or infinite double as OTLP JSON spells it ("NaN", "Infinity",
     "-Infinity"): JSON has no such number, and written as null it would be taken
     for an absent field (a TTFT silently dropped); as a string, validation rejects
@@ -126,13 +126,13 @@ def _spelled_if_not_finite(value: Any) -> Any:
 
 
 def _tokens(attrs: dict[str, Any]) -> dict[str, Any]:
-    prompt = _integral(_first(attrs, INPUT_TOKENS))
-    cached = _integral(_first(attrs, CACHE_READ))
-    created = _integral(_first(attrs, ANTHROPIC_CACHE_CREATION))
+    prompt = integral(_first(attrs, INPUT_TOKENS))
+    cached = integral(_first(attrs, CACHE_READ))
+    created = integral(_first(attrs, ANTHROPIC_CACHE_CREATION))
     if created is not None and _first(attrs, _SEMCONV_CACHE) is None:
-        prompt = _sum(prompt, cached, created)  # Anthropic's: input_tokens excludes the cache
+        prompt = total(prompt, cached, created)  # Anthropic's: input_tokens excludes the cache
     else:
-        created = _integral(_first(attrs, (*CACHE_CREATION, *ANTHROPIC_CACHE_CREATION)))
+        created = integral(_first(attrs, (*CACHE_CREATION, *ANTHROPIC_CACHE_CREATION)))
     return {"prompt_tokens": prompt, "cached_tokens": cached, "cache_write_tokens": created}
 
 
@@ -157,7 +157,7 @@ def _ttft_ms(item: OtlpItem) -> Any:
     return None
 
 
-def _cachewatch_fields(attrs: dict[str, Any], resource: dict[str, Any]) -> dict[str, Any]:
+def cachewatch_fields(attrs: dict[str, Any], resource: dict[str, Any]) -> dict[str, Any]:
     """`cachewatch.*` attributes of the span, else of the resource."""
     fields: dict[str, Any] = {}
     for name in OVERRIDABLE:
@@ -171,7 +171,7 @@ def _cachewatch_fields(attrs: dict[str, Any], resource: dict[str, Any]) -> dict[
             with contextlib.suppress(orjson.JSONDecodeError):
                 value = orjson.loads(value)
         elif name not in _NUMBERS:
-            value = _integral(value)
+            value = integral(value)
         fields[name] = value
     return fields
 
@@ -188,14 +188,14 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _integral(value: Any) -> Any:
+def integral(value: Any) -> Any:
     """A whole double as an int: JavaScript SDKs send every number as a double."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
 
 
-def _sum(*values: Any) -> Any:
+def total(*values: Any) -> Any:
     present = [v for v in values if v is not None]
     if all(isinstance(v, int) and not isinstance(v, bool) for v in present):
         if values[0] is None:
@@ -209,7 +209,7 @@ def _sum(*values: Any) -> Any:
     return next(v for v in present if not (isinstance(v, int) and not isinstance(v, bool)))
 
 
-def _fallback_id(item: OtlpItem) -> str:
+def fallback_id(item: OtlpItem) -> str:
     """trace id + span id: a retried export of the same span is a duplicate. A log
     record outside any span gets a hash of its content, for the same reason."""
     if item.trace_id.strip("0") and item.span_id.strip("0"):

@@ -73,6 +73,9 @@ class OtlpItem:
     source: Message
     # (name, time in ns) of each span event, in order.
     events: list[tuple[str, int]] = field(default_factory=list)
+    # A log record's event name: its `event_name` field, else a string body (how
+    # Claude Code names its events: body "claude_code.api_request").
+    event_name: str = ""
 
 
 def decode_request(data: bytes | bytearray, signal: Signal, encoding: Encoding) -> Message:
@@ -173,6 +176,7 @@ def log_records(request: ExportLogsServiceRequest) -> Iterator[OtlpItem]:
                     start_ns=moment,
                     end_ns=0,
                     source=record,
+                    event_name=record.event_name or (body if isinstance(body, str) else ""),
                 )
 
 

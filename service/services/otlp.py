@@ -15,7 +15,7 @@ import orjson
 from sqlalchemy.orm import Session
 
 from service import telemetry
-from service.ingest import genai, inflight, otlp
+from service.ingest import agents, genai, inflight, otlp
 from service.ingest.body import UndecodableBody, decompress
 from service.services.ingestion import IngestOutcome, ingest_usage
 from service.services.rejected import DEFAULT_LIMITS, RejectedLimits, keep_rejected_body
@@ -82,7 +82,8 @@ def ingest_otlp(
 def _record_lines(
     data: bytes, signal: otlp.Signal, encoding: otlp.Encoding, reservation: inflight.Reservation
 ) -> tuple[list[bytes], int]:
-    """The GenAI items of the request as NDJSON records, one line each, written as
+    """The GenAI items and coding agents' usage events (`service.ingest.agents`) of
+    the request as NDJSON records, one line each, written as
     soon as each is mapped, and how many other items it had. The decoded request is
     let go on return, before `ingest_usage` decodes the lines one at a time (kept,
     with the mapped records and one JSON array of them decoded whole, it multiplied
@@ -91,14 +92,26 @@ def _record_lines(
         reservation.charge_json_values(data, trees=2)
     request = otlp.decode_request(data, signal, encoding)
     lines: list[bytes] = []
-    ignored = 0
+    ignored = bodies = 0
     for item in otlp.items(request, signal):
-        if not genai.is_genai(item):
+        event = agents.event_of(item) if signal == "logs" else ""
+        if event == agents.CLAUDE_CODE_BODY:
+            bodies += 1
+            fields = agents.body_fields(item)
+            if fields is not None:
+                agents.BODIES.offer(item, fields)
+            continue
+        if event:
+            body = agents.BODIES.take(item) if event == agents.CLAUDE_CODE_REQUEST else None
+            record = agents.to_record(item, event, body)
+        elif genai.is_genai(item):
+            record = genai.to_record(item)
+        else:
             ignored += 1
             continue
-        record = genai.to_record(item)
         record["otlp"] = {"signal": signal, "item": otlp.source_json(item.source)}
         lines.append(_serialize(record))
+    telemetry.count_otlp_items(signal, ignored, bodies)
     return lines, ignored
 
 

@@ -66,19 +66,27 @@ _MESSAGES: dict[otlp.Signal, str] = {
     "traces": "ExportTraceServiceRequest",
     "logs": "ExportLogsServiceRequest",
 }
+# Each signal at two paths: under `/v1/otlp` (the base URL the docs gave first) and
+# at the root, where an exporter given the server's own address
+# (`OTEL_EXPORTER_OTLP_ENDPOINT=http://cachewatch:8000`, as Claude Code's settings
+# take it) appends `/v1/logs` or `/v1/traces`.
 for _signal, _message in _MESSAGES.items():
-    router.add_api_route(
-        f"/v1/otlp/v1/{_signal}",
-        _receiver(_signal),
-        methods=["POST"],
-        name=f"post_{_signal}",
-        description=(
-            f"OTLP {_message}, protobuf or JSON (`application/json`, OTLP's JSON "
-            "mapping), gzip accepted; any other Content-Type is a 415."
-        ),
-        dependencies=[IngestAuth],
-        openapi_extra=otlp_body(_message),
-    )
+    for _path, _name in (
+        (f"/v1/otlp/v1/{_signal}", _signal),
+        (f"/v1/{_signal}", f"{_signal}_at_root"),
+    ):
+        router.add_api_route(
+            _path,
+            _receiver(_signal),
+            methods=["POST"],
+            name=f"post_{_name}",
+            description=(
+                f"OTLP {_message}, protobuf or JSON (`application/json`, OTLP's JSON "
+                "mapping), gzip accepted; any other Content-Type is a 415."
+            ),
+            dependencies=[IngestAuth],
+            openapi_extra=otlp_body(_message),
+        )
 
 
 def _answer(message: Message, encoding: otlp.Encoding, status_code: int) -> Response:

@@ -1,0 +1,286 @@
+"""Coding agents' own OpenTelemetry log events -> usage records (docs/integrations.md,
+"Coding agents"). The agents' code cannot be changed; their telemetry can be pointed
+at cachewatch.
+
+**Claude Code** (`CLAUDE_CODE_ENABLE_TELEMETRY=1`, `OTEL_LOGS_EXPORTER=otlp`; its
+"Monitoring" page) logs one `claude_code.api_request` event per call to the Messages
+API: the log record's body is the event name, its attribute `event.name` the bare
+name (`api_request`); either is recognised. Read from it, as the page names them:
+`model`, `input_tokens`, `cache_read_tokens`, `cache_creation_tokens`,
+`output_tokens`, `duration_ms`, `request_id`, `query_source`, `speed`, `effort`,
+`cost_usd`, `event.sequence`, and the standard attributes `session.id`,
+`app.version`, `user.email`, `user.account_uuid`, `user.id`, `organization.id` (on
+the log record or on the resource: both are read, the record's first). Versions
+before 2.1.122 sent the numbers as strings: a string that spells a number is read
+as that number (anything else is passed on, and validation rejects the record and
+says which field).
+
+With `OTEL_LOG_RAW_API_BODIES=1` each attempt also logs
+`claude_code.api_request_body`, whose `body` attribute is the request's JSON, cut at
+60 KB (`body_truncated`). Its fingerprint (`service.fingerprint`) goes to the next
+`api_request` of the same session, thread (`query_source`) and model
+(`RequestBodies`): a whole body gives every fingerprint field; a cut one only the
+segments of its static start (`tools` and `system`, when both are whole), which
+is what names a volatile system prompt or tool list without claiming a prefix the
+body does not show.
+
+**Gemini CLI** (`gemini_cli.api_response`) and **Codex** (`codex.sse_event` of kind
+`response.completed`) document their token counts in their own telemetry pages;
+they are mapped the same way (`gemini_cli_record`, `codex_record`).
+"""
+
+import math
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pydantic_core
+
+from service.fingerprint import fingerprint
+from service.ingest.genai import (
+    cachewatch_fields,
+    fallback_id,
+    integral,
+    spelled_if_not_finite,
+    total,
+)
+from service.ingest.otlp import OtlpItem
+from service.ingest.shapes import ANTHROPIC, GOOGLE, OPENAI
+
+CLAUDE_CODE_REQUEST = "claude_code.api_request"
+CLAUDE_CODE_BODY = "claude_code.api_request_body"
+GEMINI_CLI_RESPONSE = "gemini_cli.api_response"
+CODEX_SSE_EVENT = "codex.sse_event"
+CODEX_COMPLETED = "response.completed"
+#: The tenant: the first of these present (the person, else the organisation).
+TENANT_FROM = ("user.email", "user.account_uuid", "user.account_id", "user.id", "organization.id")
+#: Labels kept in the record's `attributes`, when present.
+CLAUDE_CODE_LABELS = ("speed", "effort", "organization.id", "cost_usd", "app.entrypoint")
+_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_NS_PER_MS = 1_000_000
+
+
+def event_of(item: OtlpItem) -> str:
+    """The coding-agent event this log record is (one of the names above), or ''."""
+    name = item.event_name
+    declared = item.attributes.get("event.name")
+    if CLAUDE_CODE_REQUEST in (name, declared) or (declared == "api_request" and not name):
+        return CLAUDE_CODE_REQUEST
+    if CLAUDE_CODE_BODY in (name, declared) or (declared == "api_request_body" and not name):
+        return CLAUDE_CODE_BODY
+    if GEMINI_CLI_RESPONSE in (name, declared):
+        return GEMINI_CLI_RESPONSE
+    if CODEX_SSE_EVENT in (name, declared) and item.attributes.get("event.kind") == CODEX_COMPLETED:
+        return CODEX_SSE_EVENT
+    return ""
+
+
+def number(value: Any) -> Any:
+    """A count or duration as sent: a string spelling a number is that number (older
+    Claude Code versions), a whole double an int; anything else as it was."""
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        parsed = float(value) if any(c in value for c in ".eE") else int(value)
+        value = parsed if not isinstance(parsed, float) or math.isfinite(parsed) else value
+    return integral(value)
+
+
+def _get(item: OtlpItem, name: str) -> Any:
+    """An attribute of the record, else of its resource."""
+    value = item.attributes.get(name)
+    return item.resource.get(name) if value is None else value
+
+
+def _first(item: OtlpItem, names: tuple[str, ...]) -> Any:
+    for name in names:
+        value = _get(item, name)
+        if value is not None and value != "":
+            return value
+    return None
+
+
+def _start_ns(item: OtlpItem, duration_ms: Any) -> int | None:
+    """When the call started: the event is logged when it ended."""
+    if not item.start_ns:
+        return None
+    numeric = isinstance(duration_ms, int | float) and not isinstance(duration_ms, bool)
+    if numeric and 0 <= duration_ms < 86_400_000:
+        return item.start_ns - round(duration_ms * _NS_PER_MS)
+    return item.start_ns
+
+
+def _common(item: OtlpItem, *, session: str, deploy: tuple[str, ...]) -> dict[str, Any]:
+    duration = number(_get(item, "duration_ms"))
+    record: dict[str, Any] = {
+        "service": _get(item, "service.name"),
+        "model": _get(item, "model"),
+        "session_id": _get(item, session),
+        "tenant": _first(item, TENANT_FROM),
+        "deploy": _first(item, deploy),
+        "latency_ms": duration,
+    }
+    start = _start_ns(item, duration)
+    if start is not None:
+        record["ts"] = start
+    return record
+
+
+def claude_code_record(item: OtlpItem) -> dict[str, Any]:
+    """The usage record of a `claude_code.api_request` event (before any body's
+    fingerprint and the `cachewatch.*` overrides)."""
+    uncached = number(_get(item, "input_tokens"))
+    read = number(_get(item, "cache_read_tokens"))
+    written = number(_get(item, "cache_creation_tokens"))
+    record = _common(item, session="session.id", deploy=("app.version", "service.version"))
+    record |= {
+        "request_id": _get(item, "request_id") or fallback_id(item),
+        "provider": ANTHROPIC,
+        "scenario": _get(item, "query_source"),
+        # Anthropic's input_tokens excludes what was read from and written to the cache.
+        "prompt_tokens": total(uncached, read, written),
+        "cached_tokens": read if read is not None else 0,
+        "cache_write_tokens": written if written is not None else 0,
+        "completion_tokens": number(_get(item, "output_tokens")),
+    }
+    labels = {name: _get(item, name) for name in CLAUDE_CODE_LABELS}
+    record["attributes"] = {k: number(v) for k, v in labels.items() if _is_label(v)} or None
+    return record
+
+
+def gemini_cli_record(item: OtlpItem) -> dict[str, Any]:
+    """A `gemini_cli.api_response` event: Gemini's input count includes the cached."""
+    record = _common(item, session="session.id", deploy=("app.version", "service.version"))
+    record |= {
+        "request_id": fallback_id(item),
+        "provider": GOOGLE,
+        "prompt_tokens": number(_get(item, "input_token_count")),
+        "cached_tokens": number(_get(item, "cached_content_token_count")) or 0,
+        "completion_tokens": number(_get(item, "output_token_count")),
+    }
+    return record
+
+
+def codex_record(item: OtlpItem) -> dict[str, Any]:
+    """A `codex.sse_event` of kind `response.completed`: the Responses API's usage,
+    whose input count includes the cached."""
+    record = _common(item, session="conversation.id", deploy=("app.version", "service.version"))
+    record |= {
+        "request_id": fallback_id(item),
+        "provider": OPENAI,
+        "prompt_tokens": number(_get(item, "input_token_count")),
+        "cached_tokens": number(_get(item, "cached_token_count")) or 0,
+        "completion_tokens": number(_get(item, "output_token_count")),
+    }
+    return record
+
+
+_MAPPINGS = {
+    CLAUDE_CODE_REQUEST: claude_code_record,
+    GEMINI_CLI_RESPONSE: gemini_cli_record,
+    CODEX_SSE_EVENT: codex_record,
+}
+
+
+def to_record(item: OtlpItem, event: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The record of a usage event (`event_of`), with a body's fingerprint fields
+    and the `cachewatch.*` attributes (which win, as for GenAI spans)."""
+    record = _MAPPINGS[event](item)
+    if body:
+        record.update(body)
+    record.update(cachewatch_fields(item.attributes, item.resource))
+    return {k: spelled_if_not_finite(v) for k, v in record.items() if v is not None}
+
+
+def _is_label(value: Any) -> bool:
+    return isinstance(value, str | int | float | bool) and value != ""
+
+
+# --- request bodies ------------------------------------------------------------------
+
+
+def body_fields(item: OtlpItem) -> dict[str, Any] | None:
+    """The fingerprint fields of an `api_request_body` event's body; None when it has
+    none that can be read (file mode: only a path on the user's machine)."""
+    text = item.attributes.get("body")
+    if not isinstance(text, str):
+        return None
+    if str(item.attributes.get("body_truncated", "")).lower() == "true":
+        return _static_start(text)
+    try:
+        body = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return _static_start(text)  # cut without saying so
+    return dict(fingerprint(body)) if isinstance(body, dict) else None
+
+
+def _static_start(text: str) -> dict[str, Any] | None:
+    """The segments of a cut body's `tools` and `system`, when both are whole: the
+    last key read may be cut short, so it is left out."""
+    try:
+        partial = pydantic_core.from_json(text, allow_partial=True)
+    except ValueError:
+        return None
+    if not isinstance(partial, dict) or not partial:
+        return None
+    partial.pop(next(reversed(partial)))
+    if "tools" not in partial or "system" not in partial:
+        return None
+    static = {"tools": partial["tools"], "system": partial["system"], "messages": []}
+    return {"segments": fingerprint(static)["segments"]}
+
+
+@dataclass
+class _Body:
+    sequence: float
+    fields: dict[str, Any]
+
+
+class RequestBodies:
+    """The latest body of each (session, thread, model) not yet given to a request,
+    across export requests (a call longer than the export interval has its body in
+    one and its `api_request` in the next), at most `max_keys` of them (the least
+    recently seen go first). A body goes to the first `api_request` of its key whose
+    `event.sequence` is later (a retried attempt logs a new body: the last one wins).
+    In-process: with several API processes behind a balancer, a body and its request
+    exported to two of them are not paired (the request is stored without it)."""
+
+    def __init__(self, max_keys: int = 10_000) -> None:
+        self._max_keys = max_keys
+        self._bodies: OrderedDict[tuple[Any, ...], _Body] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def offer(self, item: OtlpItem, fields: dict[str, Any]) -> None:
+        key, sequence = _thread_key(item), _sequence(item)
+        with self._lock:
+            held = self._bodies.get(key)
+            if held is None or held.sequence <= sequence:
+                self._bodies[key] = _Body(sequence, fields)
+                self._bodies.move_to_end(key)
+            while len(self._bodies) > self._max_keys:
+                self._bodies.popitem(last=False)
+
+    def take(self, item: OtlpItem) -> dict[str, Any] | None:
+        key, sequence = _thread_key(item), _sequence(item)
+        with self._lock:
+            held = self._bodies.get(key)
+            if held is None or held.sequence >= sequence:
+                return None
+            del self._bodies[key]
+            return held.fields
+
+
+def _thread_key(item: OtlpItem) -> tuple[Any, ...]:
+    return (_get(item, "session.id"), _get(item, "query_source"), _get(item, "model"))
+
+
+def _sequence(item: OtlpItem) -> float:
+    """`event.sequence`, else the record's time (both order a session's events)."""
+    value = number(item.attributes.get("event.sequence"))
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return float(item.start_ns)
+
+
+BODIES = RequestBodies()
