@@ -42,6 +42,8 @@ PATH_METHODS = {
     "/v1/alerts": {"GET"},
     "/v1/otlp/v1/traces": {"POST"},
     "/v1/otlp/v1/logs": {"POST"},
+    "/v1/traces": {"POST"},
+    "/v1/logs": {"POST"},
     "/healthz": {"GET"},
     "/metrics": {"GET"},
     "/": {"GET"},
