@@ -13,6 +13,7 @@ from service.clickhouse import clickhouse_for
 from service.clickhouse.client import ChdbDirectoryBusy, ClickHouse
 from service.db import PassBusy, make_engine, make_sessionmaker, waiting_for_locks
 from service.fingerprint.cli import app as diff_app
+from service.importers.cli import app as import_app
 from service.settings import Settings, get_settings
 from service.simulate.cli import app as simulate_app
 
@@ -25,6 +26,7 @@ app.add_typer(token_app, name="token")
 app.add_typer(simulate_app, name="simulate", help="Simulated traffic with known regressions.")
 app.add_typer(diff_app, name="diff", help="Where two requests stop sharing a prefix, and why.")
 app.add_typer(alerts_app, name="alerts", help="Slack alerts: test the webhook, deliver now.")
+app.add_typer(import_app, name="import", help="Usage records from other tools' files.")
 
 
 class ScopeChoice(StrEnum):

@@ -1,0 +1,1 @@
+"""Usage records from other tools' files (`cachewatch import ...`)."""

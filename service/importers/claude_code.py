@@ -1,0 +1,322 @@
+"""Claude Code's session transcripts -> usage records (`cachewatch import claude-code`,
+docs/integrations.md "Claude Code's transcripts"). Pure: lines in, records and
+problems out; reading files and shipping records are `service.importers.files` and
+`service.importers.shipping`.
+
+A transcript is one JSON object a line, one file a session (subagents' threads in
+files of their own or marked `isSidechain`). Each line has a `uuid` and the
+`parentUuid` of the line before it in its thread; an assistant line carries the
+API's `message` (`id`, `model`, `usage`, one content block), its `requestId` and
+`timestamp`. One answer spans several lines with the same `message.id`: it is
+one API call, one record, with the usage of its last line (the earlier ones may
+carry a partial `output_tokens`).
+
+What a call sent, as far as the transcript shows: the messages of its thread up to
+it (the chain of `parentUuid`s, lines of one role and one answer merged back into
+API messages). **The system prompt and the tool definitions are not in the
+transcript.** So each call's fingerprint is that of its messages
+(`service.fingerprint`), after a *start* of blocks standing for what is not shown,
+as long as the session's first call suggests (its prompt tokens minus its
+messages' estimate). The start's and the messages' block hashes are salted with
+the session, its thread and the start's *generation*: two sessions never share a
+block (their starts may differ: Claude Code writes the working directory and the
+date into its system prompt), one session's calls share theirs as their messages
+do, and a compaction (a new chain from its summary) is a history rewrite.
+
+The start's generation changes when usage alone shows that it did: a call that read
+nothing from the cache and wrote at least half its prompt again within the TTL of
+its thread's previous call (5 minutes, an hour when that call wrote the one-hour
+cache) changed something before the messages, not expiry. Its blocks are then new
+(nothing is cacheable, no rewarm is counted) and its `system+tools` segment is a new
+variant, so many such calls make a `volatile_segment` finding on it. A call after a
+longer pause keeps the generation: its blocks are seen, and the analytics count the
+`expiry` rewarm, the coffee break's cost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from service.fingerprint import fingerprint
+from service.fingerprint.blocks import MAX_BLOCKS
+
+SERVICE = "claude-code"
+PROVIDER = "anthropic"
+START_SEGMENT = "system+tools"
+MAIN_THREAD = "main"
+SUBAGENT = "subagent"
+FIVE_MINUTES_S = 300.0
+ONE_HOUR_S = 3600.0
+#: A call that wrote at least this share of its prompt again, reading nothing.
+BUSTED_WRITE_SHARE = 0.5
+#: Lines that are no API call and are skipped without a word (not problems).
+SKIPPED_TYPES = frozenset(
+    {"summary", "system", "file-history-snapshot", "queue-operation", "attachment"}
+    | {"custom-title", "ai-title", "progress", "x-event"}
+)
+_DIGEST = 8
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A line that could not be read, and why."""
+
+    line: int
+    reason: str
+
+
+@dataclass
+class _Line:
+    number: int
+    uuid: str
+    parent: str | None
+    role: str
+    content: Any
+    message_id: str | None = None
+
+
+@dataclass
+class _Call:
+    """One API call: its first and last assistant lines."""
+
+    first: dict[str, Any]
+    last: dict[str, Any]
+    first_line: int
+    head_uuid: str
+
+
+@dataclass
+class _Thread:
+    """A session thread's state as its calls are read in order."""
+
+    start_tokens: int | None = None
+    generation: int = 0
+    previous_ts: float | None = None
+    previous_ttl_s: float = FIVE_MINUTES_S
+
+
+@dataclass
+class Transcript:
+    """What one file gave: its records in call order, and its unreadable lines."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    busted_starts: int = 0
+
+
+def read_transcript(lines: Iterable[bytes], *, service: str = SERVICE) -> Transcript:
+    """The records of one transcript file's lines (in file order)."""
+    out = Transcript()
+    by_uuid: dict[str, _Line] = {}
+    calls: dict[str, _Call] = {}
+    for number, raw in enumerate(lines, start=1):
+        entry = _entry(raw, number, out.problems)
+        if entry is not None:
+            _take(entry, number, by_uuid, calls, out.problems)
+    threads: dict[tuple[str, str], _Thread] = {}
+    for call in sorted(calls.values(), key=lambda c: (_time(c.first), c.first_line)):
+        record = _record(call, by_uuid, threads, service, out)
+        if record is not None:
+            out.records.append(record)
+    return out
+
+
+def _entry(raw: bytes, number: int, problems: list[Problem]) -> dict[str, Any] | None:
+    if not raw.strip():
+        return None
+    try:
+        entry = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        problems.append(Problem(number, f"not JSON: {exc}"))
+        return None
+    if not isinstance(entry, dict):
+        problems.append(Problem(number, "not a JSON object"))
+        return None
+    return entry
+
+
+def _take(
+    entry: dict[str, Any],
+    number: int,
+    by_uuid: dict[str, _Line],
+    calls: dict[str, _Call],
+    problems: list[Problem],
+) -> None:
+    kind = entry.get("type")
+    if kind in SKIPPED_TYPES or (kind is None and "leafUuid" in entry):
+        return
+    if kind not in ("user", "assistant"):
+        problems.append(Problem(number, f"unknown line type {kind!r}"))
+        return
+    message, uuid = entry.get("message"), entry.get("uuid")
+    if not isinstance(message, dict) or not isinstance(uuid, str):
+        problems.append(Problem(number, f"a {kind} line without a message object or a uuid"))
+        return
+    parent = entry.get("parentUuid")
+    line = _Line(number, uuid, parent if isinstance(parent, str) else None, kind, None)
+    line.content = message.get("content")
+    if kind == "assistant":
+        reason = _call_problem(entry, message)
+        if reason:
+            problems.append(Problem(number, reason))
+        line.message_id = message.get("id") if isinstance(message.get("id"), str) else None
+        if line.message_id and not reason and not _synthetic(entry, message):
+            held = calls.get(line.message_id)
+            if held is None:
+                calls[line.message_id] = _Call(entry, entry, number, uuid)
+            else:
+                held.last = entry
+    by_uuid[uuid] = line
+
+
+def _call_problem(entry: dict[str, Any], message: dict[str, Any]) -> str:
+    if _synthetic(entry, message):
+        return ""
+    usage = message.get("usage")
+    if not isinstance(message.get("id"), str):
+        return "an assistant line without message.id"
+    if not isinstance(usage, dict) or not isinstance(usage.get("input_tokens"), int):
+        return "an assistant line without message.usage.input_tokens"
+    if not isinstance(message.get("model"), str) or _time(entry) is None:
+        return "an assistant line without message.model or a valid timestamp"
+    return ""
+
+
+def _synthetic(entry: dict[str, Any], message: dict[str, Any]) -> bool:
+    """No API call: Claude Code's own notices and API errors written as answers."""
+    return message.get("model") == "<synthetic>" or bool(entry.get("isApiErrorMessage"))
+
+
+def _time(entry: dict[str, Any]) -> float | None:
+    stamp = entry.get("timestamp")
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _record(
+    call: _Call,
+    by_uuid: dict[str, _Line],
+    threads: dict[tuple[str, str], _Thread],
+    service: str,
+    out: Transcript,
+) -> dict[str, Any] | None:
+    first, last = call.first, call.last
+    usage = dict(last["message"]["usage"])
+    session = str(first.get("sessionId") or "")
+    scenario = SUBAGENT if first.get("isSidechain") else MAIN_THREAD
+    thread = threads.setdefault((session, str(first.get("agentId") or scenario)), _Thread())
+    ts = _time(first)
+    assert ts is not None  # _call_problem checked it
+    prompt = _prompt_tokens(usage)
+    if _busted(thread, usage, prompt, ts):
+        thread.generation += 1
+        out.busted_starts += 1
+    fields = _fingerprint(_messages(by_uuid, by_uuid[call.head_uuid].parent), thread, prompt)
+    salt = f"{session}/{scenario}/{first.get('agentId') or ''}/{thread.generation}"
+    record: dict[str, Any] = {
+        "request_id": first.get("requestId") or first["message"]["id"],
+        "ts": first["timestamp"],
+        "service": service,
+        "model": first["message"]["model"],
+        "provider": PROVIDER,
+        "usage": usage,
+        "session_id": session or None,
+        "deploy": first.get("version"),
+        "scenario": scenario,
+        **_salted(fields, salt, thread),
+    }
+    thread.previous_ts = ts
+    thread.previous_ttl_s = ONE_HOUR_S if _wrote_one_hour(usage) else FIVE_MINUTES_S
+    return {k: v for k, v in record.items() if v is not None}
+
+
+def _prompt_tokens(usage: dict[str, Any]) -> int:
+    return sum(
+        v if isinstance(v, int) else 0
+        for v in (
+            usage.get("input_tokens"),
+            usage.get("cache_read_input_tokens"),
+            usage.get("cache_creation_input_tokens"),
+        )
+    )
+
+
+def _busted(thread: _Thread, usage: dict[str, Any], prompt: int, ts: float) -> bool:
+    """Nothing read and most of the prompt written again, within the TTL of the
+    thread's previous call: the start changed (module docstring)."""
+    if thread.previous_ts is None or ts - thread.previous_ts > thread.previous_ttl_s:
+        return False
+    read = usage.get("cache_read_input_tokens") or 0
+    written = usage.get("cache_creation_input_tokens") or 0
+    return read == 0 and isinstance(written, int) and written >= BUSTED_WRITE_SHARE * prompt > 0
+
+
+def _wrote_one_hour(usage: dict[str, Any]) -> bool:
+    creation = usage.get("cache_creation")
+    hour = creation.get("ephemeral_1h_input_tokens") if isinstance(creation, dict) else None
+    return isinstance(hour, int) and hour > 0
+
+
+def _messages(by_uuid: dict[str, _Line], parent: str | None) -> list[dict[str, Any]]:
+    """The API messages before a call: its thread's lines back to the first, one
+    message per run of lines of one role (an answer's lines, a user turn's text
+    and tool results)."""
+    chain: list[_Line] = []
+    seen: set[str] = set()
+    while parent is not None and parent in by_uuid and parent not in seen:
+        seen.add(parent)
+        line = by_uuid[parent]
+        chain.append(line)
+        parent = line.parent
+    messages: list[dict[str, Any]] = []
+    for line in reversed(chain):
+        blocks = _blocks(line.content)
+        if messages and messages[-1]["role"] == line.role:
+            messages[-1]["content"].extend(blocks)
+        else:
+            messages.append({"role": line.role, "content": blocks})
+    return messages
+
+
+def _blocks(content: Any) -> list[Any]:
+    if isinstance(content, list):
+        return list(content)
+    return [{"type": "text", "text": content if isinstance(content, str) else ""}]
+
+
+def _fingerprint(messages: list[dict[str, Any]], thread: _Thread, prompt: int) -> dict[str, Any]:
+    fields: dict[str, Any] = dict(fingerprint({"messages": messages}))
+    shown = sum(s["tokens"] for s in fields["segments"])
+    if thread.start_tokens is None:  # the session's first call sizes the start
+        thread.start_tokens = max(0, prompt - shown)
+    return fields
+
+
+def _salted(fields: dict[str, Any], salt: str, thread: _Thread) -> dict[str, Any]:
+    """The record's fingerprint: the start's blocks, then the messages' blocks,
+    salted (module docstring), and a `system+tools` segment for the start."""
+    size: int = fields["block_size"]
+    start = thread.start_tokens or 0
+    key = len(salt.encode()).to_bytes(4, "big") + salt.encode()
+    blocks = [_hash(key, b"start", i.to_bytes(4, "big")) for i in range(start // size)]
+    blocks += [_hash(key, b"messages", bytes.fromhex(h)) for h in fields["block_hashes"]]
+    segment = {"name": START_SEGMENT, "hash": f"start-{thread.generation}", "tokens": start}
+    return {
+        "block_size": size,
+        "block_hashes": blocks[:MAX_BLOCKS],
+        "segments": [segment, *fields["segments"]],
+    }
+
+
+def _hash(*parts: bytes) -> str:
+    return hashlib.blake2b(b"".join(parts), digest_size=_DIGEST).hexdigest()
