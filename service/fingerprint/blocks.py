@@ -127,6 +127,20 @@ def _chain(blocks: Iterable[bytes], seed: bytes) -> list[str]:
     return hashes
 
 
+def _seed(mode: bytes, block_size: int) -> bytes:
+    """Hash -1 of the chain: the version, how blocks are cut, and their size."""
+    return _digest(_VERSION + b"|" + mode + b"|" + str(block_size).encode(), b"cw-seed")
+
+
+def _segment(source: _Part, rendered: _Rendered, tokens: int) -> SegmentFields:
+    return {
+        "name": rendered.name,
+        "hash": rendered.digest.hex(),
+        "tokens": tokens,
+        "norm_hash": norm_digest(source.value).hex(),
+    }
+
+
 def _prefix_hash(rendered: list[_Rendered]) -> str:
     hasher = hashlib.blake2b(digest_size=_DIGEST_BYTES, person=b"cw-prefix")
     for part in rendered:
@@ -170,14 +184,7 @@ def fingerprint(
             ids = _token_units(part.pieces, tokenizer)
             stream_ids.extend(ids)
             tokens = len(ids)
-        segments.append(
-            {
-                "name": part.name,
-                "hash": part.digest.hex(),
-                "tokens": tokens,
-                "norm_hash": norm_digest(source.value).hex(),
-            }
-        )
+        segments.append(_segment(source, part, tokens))
     mode = b"bytes/4" if tokenizer is None else b"tokens"
     blocks: Iterator[bytes]
     if prompt_ids is not None:
@@ -186,7 +193,7 @@ def fingerprint(
         blocks = _byte_blocks(b"".join(stream_bytes), block_size)
     else:
         blocks = _id_blocks(stream_ids, block_size)
-    seed = _digest(_VERSION + b"|" + mode + b"|" + str(block_size).encode(), b"cw-seed")
+    seed = _seed(mode, block_size)
     fields: RecordFields = {
         "segments": segments[:MAX_SEGMENTS],
         "block_size": block_size,

@@ -17,7 +17,9 @@ API messages). **The system prompt and the tool definitions are not in the
 transcript.** So each call's fingerprint is that of its messages
 (`service.fingerprint`), after a *start* of blocks standing for what is not shown,
 as long as the session's first call suggests (its prompt tokens minus its
-messages' estimate). The start's and the messages' block hashes are salted with
+messages' estimate). Each message is rendered once per thread
+(`service.fingerprint.conversation`): the cost grows with the transcript, not
+with its square. The start's and the messages' block hashes are salted with
 the session, its thread and the start's *generation*: two sessions never share a
 block (their starts may differ: Claude Code writes the working directory and the
 date into its system prompt), one session's calls share theirs as their messages
@@ -36,6 +38,7 @@ longer pause keeps the generation: its blocks are seen, and the analytics count 
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -43,8 +46,8 @@ from typing import Any
 
 import orjson
 
-from service.fingerprint import fingerprint
 from service.fingerprint.blocks import MAX_BLOCKS
+from service.fingerprint.conversation import Conversation
 
 SERVICE = "claude-code"
 PROVIDER = "anthropic"
@@ -95,10 +98,36 @@ class _Call:
 class _Thread:
     """A session thread's state as its calls are read in order."""
 
+    name: str  # session / thread: what salts its blocks
     start_tokens: int | None = None
     generation: int = 0
     previous_ts: float | None = None
     previous_ttl_s: float = FIVE_MINUTES_S
+    # Of the current generation: its messages' fingerprints (chained from its salt)
+    # and its start's blocks (made once the first call has sized the start).
+    fingerprints: Conversation | None = None
+    start_blocks: list[str] | None = None
+
+    def salt(self) -> bytes:
+        return f"{self.name}/{self.generation}".encode()
+
+    def conversation(self) -> Conversation:
+        if self.fingerprints is None:
+            self.fingerprints = Conversation(salt=self.salt())
+        return self.fingerprints
+
+    def start(self, block_size: int) -> list[str]:
+        """The start's blocks: hashes of the salt and their index (equal within a
+        generation of one thread, never elsewhere)."""
+        if self.start_blocks is None:
+            key = self.salt()
+            count = (self.start_tokens or 0) // block_size
+            self.start_blocks = [_hash(key, b"/start/", i.to_bytes(4, "big")) for i in range(count)]
+        return self.start_blocks
+
+    def next_generation(self) -> None:
+        self.generation += 1
+        self.fingerprints = self.start_blocks = None
 
 
 @dataclass
@@ -113,15 +142,15 @@ class Transcript:
 def read_transcript(lines: Iterable[bytes], *, service: str = SERVICE) -> Transcript:
     """The records of one transcript file's lines (in file order)."""
     out = Transcript()
-    by_uuid: dict[str, _Line] = {}
+    history = History()
     calls: dict[str, _Call] = {}
     for number, raw in enumerate(lines, start=1):
         entry = _entry(raw, number, out.problems)
         if entry is not None:
-            _take(entry, number, by_uuid, calls, out.problems)
-    threads: dict[tuple[str, str], _Thread] = {}
+            _take(entry, number, history.by_uuid, calls, out.problems)
+    threads: dict[str, _Thread] = {}
     for call in sorted(calls.values(), key=lambda c: (_time(c.first), c.first_line)):
-        record = _record(call, by_uuid, threads, service, out)
+        record = _record(call, history, threads, service, out)
         if record is not None:
             out.records.append(record)
     return out
@@ -205,8 +234,8 @@ def _time(entry: dict[str, Any]) -> float | None:
 
 def _record(
     call: _Call,
-    by_uuid: dict[str, _Line],
-    threads: dict[tuple[str, str], _Thread],
+    history: History,
+    threads: dict[str, _Thread],
     service: str,
     out: Transcript,
 ) -> dict[str, Any] | None:
@@ -214,15 +243,15 @@ def _record(
     usage = dict(last["message"]["usage"])
     session = str(first.get("sessionId") or "")
     scenario = SUBAGENT if first.get("isSidechain") else MAIN_THREAD
-    thread = threads.setdefault((session, str(first.get("agentId") or scenario)), _Thread())
+    name = f"{session}/{scenario}/{first.get('agentId') or ''}"
+    thread = threads.get(name) or threads.setdefault(name, _Thread(name))
     ts = _time(first)
     assert ts is not None  # _call_problem checked it
     prompt = _prompt_tokens(usage)
     if _busted(thread, usage, prompt, ts):
-        thread.generation += 1
+        thread.next_generation()
         out.busted_starts += 1
-    fields = _fingerprint(_messages(by_uuid, by_uuid[call.head_uuid].parent), thread, prompt)
-    salt = f"{session}/{scenario}/{first.get('agentId') or ''}/{thread.generation}"
+    messages = history.before(history.by_uuid[call.head_uuid].parent)
     record: dict[str, Any] = {
         "request_id": first.get("requestId") or first["message"]["id"],
         "ts": first["timestamp"],
@@ -233,7 +262,7 @@ def _record(
         "session_id": session or None,
         "deploy": first.get("version"),
         "scenario": scenario,
-        **_salted(fields, salt, thread),
+        **_fingerprint(messages, thread, prompt),
     }
     thread.previous_ts = ts
     thread.previous_ttl_s = ONE_HOUR_S if _wrote_one_hour(usage) else FIVE_MINUTES_S
@@ -267,25 +296,42 @@ def _wrote_one_hour(usage: dict[str, Any]) -> bool:
     return isinstance(hour, int) and hour > 0
 
 
-def _messages(by_uuid: dict[str, _Line], parent: str | None) -> list[dict[str, Any]]:
-    """The API messages before a call: its thread's lines back to the first, one
-    message per run of lines of one role (an answer's lines, a user turn's text
-    and tool results)."""
-    chain: list[_Line] = []
-    seen: set[str] = set()
-    while parent is not None and parent in by_uuid and parent not in seen:
-        seen.add(parent)
-        line = by_uuid[parent]
-        chain.append(line)
-        parent = line.parent
-    messages: list[dict[str, Any]] = []
-    for line in reversed(chain):
-        blocks = _blocks(line.content)
-        if messages and messages[-1]["role"] == line.role:
-            messages[-1]["content"].extend(blocks)
-        else:
-            messages.append({"role": line.role, "content": blocks})
-    return messages
+class History:
+    """A transcript's lines by uuid, and the API messages before each call (`before`),
+    built from those before the previous call: a session's calls cost what each adds,
+    not its whole history again (the last `KEPT` lists are kept)."""
+
+    KEPT = 64
+
+    def __init__(self) -> None:
+        self.by_uuid: dict[str, _Line] = {}
+        self._before: OrderedDict[str, list[tuple[str, dict[str, Any]]]] = OrderedDict()
+
+    def before(self, parent: str | None) -> list[tuple[str, dict[str, Any]]]:
+        """The messages up to line `parent` (the thread's lines back to its first),
+        one per run of lines of one role (an answer's lines, a user turn's text and
+        tool results), each keyed by its lines' uuids (its identity)."""
+        head, chain, seen = parent, [], set()
+        while parent is not None and parent in self.by_uuid and parent not in self._before:
+            if parent in seen:
+                break
+            seen.add(parent)
+            chain.append(self.by_uuid[parent])
+            parent = self.by_uuid[parent].parent
+        messages = list(self._before.get(parent, [])) if parent is not None else []
+        for line in reversed(chain):
+            blocks = _blocks(line.content)
+            if messages and messages[-1][1]["role"] == line.role:
+                key, message = messages[-1]
+                merged = {"role": line.role, "content": [*message["content"], *blocks]}
+                messages[-1] = (f"{key} {line.uuid}", merged)
+            else:
+                messages.append((line.uuid, {"role": line.role, "content": blocks}))
+        if head is not None:
+            self._before[head] = messages
+            while len(self._before) > self.KEPT:
+                self._before.popitem(last=False)
+        return messages
 
 
 def _blocks(content: Any) -> list[Any]:
@@ -294,26 +340,22 @@ def _blocks(content: Any) -> list[Any]:
     return [{"type": "text", "text": content if isinstance(content, str) else ""}]
 
 
-def _fingerprint(messages: list[dict[str, Any]], thread: _Thread, prompt: int) -> dict[str, Any]:
-    fields: dict[str, Any] = dict(fingerprint({"messages": messages}))
-    shown = sum(s["tokens"] for s in fields["segments"])
+def _fingerprint(
+    messages: list[tuple[str, dict[str, Any]]], thread: _Thread, prompt: int
+) -> dict[str, Any]:
+    """The record's fingerprint: the start's blocks, then its messages' blocks
+    chained from the thread's salt (module docstring), and a `system+tools` segment
+    for the start."""
+    fields = thread.conversation().fingerprint(messages)
     if thread.start_tokens is None:  # the session's first call sizes the start
+        shown = sum(s["tokens"] for s in fields["segments"])
         thread.start_tokens = max(0, prompt - shown)
-    return fields
-
-
-def _salted(fields: dict[str, Any], salt: str, thread: _Thread) -> dict[str, Any]:
-    """The record's fingerprint: the start's blocks, then the messages' blocks,
-    salted (module docstring), and a `system+tools` segment for the start."""
-    size: int = fields["block_size"]
-    start = thread.start_tokens or 0
-    key = len(salt.encode()).to_bytes(4, "big") + salt.encode()
-    blocks = [_hash(key, b"start", i.to_bytes(4, "big")) for i in range(start // size)]
-    blocks += [_hash(key, b"messages", bytes.fromhex(h)) for h in fields["block_hashes"]]
-    segment = {"name": START_SEGMENT, "hash": f"start-{thread.generation}", "tokens": start}
+    size = fields["block_size"]
+    start = f"start-{thread.generation}"
+    segment = {"name": START_SEGMENT, "hash": start, "tokens": thread.start_tokens}
     return {
         "block_size": size,
-        "block_hashes": blocks[:MAX_BLOCKS],
+        "block_hashes": [*thread.start(size), *fields["block_hashes"]][:MAX_BLOCKS],
         "segments": [segment, *fields["segments"]],
     }
 
