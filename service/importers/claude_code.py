@@ -41,13 +41,13 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import orjson
 
 from service.fingerprint.blocks import MAX_BLOCKS
 from service.fingerprint.conversation import Conversation
+from service.ingest.timestamps import parse_ts
 
 SERVICE = "claude-code"
 PROVIDER = "anthropic"
@@ -223,11 +223,12 @@ def _synthetic(entry: dict[str, Any], message: dict[str, Any]) -> bool:
 
 
 def _time(entry: dict[str, Any]) -> float | None:
+    """The line's `timestamp` in epoch seconds, read as a record's `ts` is."""
     stamp = entry.get("timestamp")
     if not isinstance(stamp, str):
         return None
     try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+        return parse_ts(stamp) / 1_000_000
     except ValueError:
         return None
 

@@ -149,34 +149,36 @@ def claude_code_record(item: OtlpItem) -> dict[str, Any]:
     return record
 
 
-def gemini_cli_record(item: OtlpItem) -> dict[str, Any]:
-    """A `gemini_cli.api_response` event: Gemini's input count includes the cached."""
-    record = _common(item, session="session.id", deploy=("app.version", "service.version"))
-    record |= {
-        "request_id": fallback_id(item),
-        "provider": GOOGLE,
-        "prompt_tokens": number(_get(item, "input_token_count")),
-        "cached_tokens": number(_get(item, "cached_content_token_count")) or 0,
-        "completion_tokens": number(_get(item, "output_token_count")),
-    }
-    return record
+@dataclass(frozen=True)
+class IncludedCounts:
+    """An agent event whose input count includes the cached tokens (Gemini's and
+    the Responses API's usage), by the names its documentation gives them."""
+
+    session: str
+    provider: str
+    cached: str
+    prompt: str = "input_token_count"
+    output: str = "output_token_count"
+
+    def __call__(self, item: OtlpItem) -> dict[str, Any]:
+        record = _common(item, session=self.session, deploy=("app.version", "service.version"))
+        record |= {
+            "request_id": fallback_id(item),
+            "provider": self.provider,
+            "prompt_tokens": number(_get(item, self.prompt)),
+            "cached_tokens": number(_get(item, self.cached)) or 0,
+            "completion_tokens": number(_get(item, self.output)),
+        }
+        return record
 
 
-def codex_record(item: OtlpItem) -> dict[str, Any]:
-    """A `codex.sse_event` of kind `response.completed`: the Responses API's usage,
-    whose input count includes the cached."""
-    record = _common(item, session="conversation.id", deploy=("app.version", "service.version"))
-    record |= {
-        "request_id": fallback_id(item),
-        "provider": OPENAI,
-        "prompt_tokens": number(_get(item, "input_token_count")),
-        "cached_tokens": number(_get(item, "cached_token_count")) or 0,
-        "completion_tokens": number(_get(item, "output_token_count")),
-    }
-    return record
+#: `gemini_cli.api_response` (Gemini CLI's telemetry page).
+gemini_cli_record = IncludedCounts("session.id", GOOGLE, cached="cached_content_token_count")
+#: `codex.sse_event` of kind `response.completed` (Codex's config docs).
+codex_record = IncludedCounts("conversation.id", OPENAI, cached="cached_token_count")
 
 
-_MAPPINGS = {
+_MAPPINGS: dict[str, Any] = {
     CLAUDE_CODE_REQUEST: claude_code_record,
     GEMINI_CLI_RESPONSE: gemini_cli_record,
     CODEX_SSE_EVENT: codex_record,
