@@ -1,7 +1,6 @@
 """Claude Code's session transcripts -> usage records (`cachewatch import claude-code`,
 docs/integrations.md "Claude Code's transcripts"). Pure: lines in, records and
-problems out; reading files and shipping records are `service.importers.files` and
-`service.importers.shipping`.
+problems out; `service.importers.cli` reads the files and posts the records.
 
 A transcript is one JSON object a line, one file a session (subagents' threads in
 files of their own or marked `isSidechain`). Each line has a `uuid` and the
@@ -9,35 +8,23 @@ files of their own or marked `isSidechain`). Each line has a `uuid` and the
 API's `message` (`id`, `model`, `usage`, one content block), its `requestId` and
 `timestamp`. One answer spans several lines with the same `message.id`: it is
 one API call, one record, with the usage of its last line (the earlier ones may
-carry a partial `output_tokens`).
+carry a partial `output_tokens`) as the record's `usage` (the server reads it).
 
 What a call sent, as far as the transcript shows: the messages of its thread up to
 it (the chain of `parentUuid`s, lines of one role and one answer merged back into
-API messages). **The system prompt and the tool definitions are not in the
-transcript.** So each call's fingerprint is that of its messages
-(`service.fingerprint`), after a *start* of blocks standing for what is not shown,
-as long as the session's first call suggests (its prompt tokens minus its
-messages' estimate). Each message is rendered once per thread
-(`service.fingerprint.conversation`): the cost grows with the transcript, not
-with its square. The start's and the messages' block hashes are salted with
-the session, its thread and the start's *generation*: two sessions never share a
-block (their starts may differ: Claude Code writes the working directory and the
-date into its system prompt), one session's calls share theirs as their messages
-do, and a compaction (a new chain from its summary) is a history rewrite.
-
-The start's generation changes when usage alone shows that it did: a call that read
-nothing from the cache and wrote at least half its prompt again within the TTL of
-its thread's previous call (5 minutes, an hour when that call wrote the one-hour
-cache) changed something before the messages, not expiry. Its blocks are then new
-(nothing is cacheable, no rewarm is counted) and its `system+tools` segment is a new
-variant, so many such calls make a `volatile_segment` finding on it. A call after a
-longer pause keeps the generation: its blocks are seen, and the analytics count the
-`expiry` rewarm, the coffee break's cost.
+API messages; `History` builds each call's from the previous call's). **The
+system prompt and the tool definitions are not in the transcript.** So each
+call's fingerprint is that of its messages, after a *start* of blocks standing for
+what is not shown, salted per session thread so that two sessions never share a
+block (Claude Code writes the working directory and the date into its system
+prompt) while one session's calls share theirs as their messages do; a
+compaction (a new chain from its summary) is then a history rewrite.
+`service.importers.threads` decides when the start changed (usage alone tells it
+from expiry) and sizes the blocks to the prompts.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -45,25 +32,18 @@ from typing import Any
 
 import orjson
 
-from service.fingerprint.blocks import MAX_BLOCKS
-from service.fingerprint.conversation import Conversation
+from service.importers.threads import Thread
 from service.ingest.timestamps import parse_ts
 
 SERVICE = "claude-code"
 PROVIDER = "anthropic"
-START_SEGMENT = "system+tools"
 MAIN_THREAD = "main"
 SUBAGENT = "subagent"
-FIVE_MINUTES_S = 300.0
-ONE_HOUR_S = 3600.0
-#: A call that wrote at least this share of its prompt again, reading nothing.
-BUSTED_WRITE_SHARE = 0.5
 #: Lines that are no API call and are skipped without a word (not problems).
 SKIPPED_TYPES = frozenset(
     {"summary", "system", "file-history-snapshot", "queue-operation", "attachment"}
     | {"custom-title", "ai-title", "progress", "x-event"}
 )
-_DIGEST = 8
 
 
 @dataclass(frozen=True)
@@ -95,42 +75,6 @@ class _Call:
 
 
 @dataclass
-class _Thread:
-    """A session thread's state as its calls are read in order."""
-
-    name: str  # session / thread: what salts its blocks
-    start_tokens: int | None = None
-    generation: int = 0
-    previous_ts: float | None = None
-    previous_ttl_s: float = FIVE_MINUTES_S
-    # Of the current generation: its messages' fingerprints (chained from its salt)
-    # and its start's blocks (made once the first call has sized the start).
-    fingerprints: Conversation | None = None
-    start_blocks: list[str] | None = None
-
-    def salt(self) -> bytes:
-        return f"{self.name}/{self.generation}".encode()
-
-    def conversation(self) -> Conversation:
-        if self.fingerprints is None:
-            self.fingerprints = Conversation(salt=self.salt())
-        return self.fingerprints
-
-    def start(self, block_size: int) -> list[str]:
-        """The start's blocks: hashes of the salt and their index (equal within a
-        generation of one thread, never elsewhere)."""
-        if self.start_blocks is None:
-            key = self.salt()
-            count = (self.start_tokens or 0) // block_size
-            self.start_blocks = [_hash(key, b"/start/", i.to_bytes(4, "big")) for i in range(count)]
-        return self.start_blocks
-
-    def next_generation(self) -> None:
-        self.generation += 1
-        self.fingerprints = self.start_blocks = None
-
-
-@dataclass
 class Transcript:
     """What one file gave: its records in call order, and its unreadable lines."""
 
@@ -148,11 +92,12 @@ def read_transcript(lines: Iterable[bytes], *, service: str = SERVICE) -> Transc
         entry = _entry(raw, number, out.problems)
         if entry is not None:
             _take(entry, number, history.by_uuid, calls, out.problems)
-    threads: dict[str, _Thread] = {}
-    for call in sorted(calls.values(), key=lambda c: (_time(c.first), c.first_line)):
-        record = _record(call, history, threads, service, out)
-        if record is not None:
-            out.records.append(record)
+    threads: dict[str, Thread] = {}
+    ordered = sorted(calls.values(), key=lambda c: (_time(c.first), c.first_line))
+    made = [_record(call, history, threads, service) for call in ordered]
+    sized = {name: thread.fingerprints() for name, thread in threads.items()}
+    out.records = [record | sized[thread.name][index] for thread, index, record in made]
+    out.busted_starts = sum(thread.busted for thread in threads.values())
     return out
 
 
@@ -234,25 +179,18 @@ def _time(entry: dict[str, Any]) -> float | None:
 
 
 def _record(
-    call: _Call,
-    history: History,
-    threads: dict[str, _Thread],
-    service: str,
-    out: Transcript,
-) -> dict[str, Any] | None:
+    call: _Call, history: History, threads: dict[str, Thread], service: str
+) -> tuple[Thread, int, dict[str, Any]]:
+    """A call's record but its fingerprint, its thread and its index there."""
     first, last = call.first, call.last
     usage = dict(last["message"]["usage"])
     session = str(first.get("sessionId") or "")
     scenario = SUBAGENT if first.get("isSidechain") else MAIN_THREAD
     name = f"{session}/{scenario}/{first.get('agentId') or ''}"
-    thread = threads.get(name) or threads.setdefault(name, _Thread(name))
+    thread = threads.get(name) or threads.setdefault(name, Thread(name))
     ts = _time(first)
     assert ts is not None  # _call_problem checked it
-    prompt = _prompt_tokens(usage)
-    if _busted(thread, usage, prompt, ts):
-        thread.next_generation()
-        out.busted_starts += 1
-    messages = history.before(history.by_uuid[call.head_uuid].parent)
+    index = thread.add(usage, ts, history.before(history.by_uuid[call.head_uuid].parent))
     record: dict[str, Any] = {
         "request_id": first.get("requestId") or first["message"]["id"],
         "ts": first["timestamp"],
@@ -263,38 +201,8 @@ def _record(
         "session_id": session or None,
         "deploy": first.get("version"),
         "scenario": scenario,
-        **_fingerprint(messages, thread, prompt),
     }
-    thread.previous_ts = ts
-    thread.previous_ttl_s = ONE_HOUR_S if _wrote_one_hour(usage) else FIVE_MINUTES_S
-    return {k: v for k, v in record.items() if v is not None}
-
-
-def _prompt_tokens(usage: dict[str, Any]) -> int:
-    return sum(
-        v if isinstance(v, int) else 0
-        for v in (
-            usage.get("input_tokens"),
-            usage.get("cache_read_input_tokens"),
-            usage.get("cache_creation_input_tokens"),
-        )
-    )
-
-
-def _busted(thread: _Thread, usage: dict[str, Any], prompt: int, ts: float) -> bool:
-    """Nothing read and most of the prompt written again, within the TTL of the
-    thread's previous call: the start changed (module docstring)."""
-    if thread.previous_ts is None or ts - thread.previous_ts > thread.previous_ttl_s:
-        return False
-    read = usage.get("cache_read_input_tokens") or 0
-    written = usage.get("cache_creation_input_tokens") or 0
-    return read == 0 and isinstance(written, int) and written >= BUSTED_WRITE_SHARE * prompt > 0
-
-
-def _wrote_one_hour(usage: dict[str, Any]) -> bool:
-    creation = usage.get("cache_creation")
-    hour = creation.get("ephemeral_1h_input_tokens") if isinstance(creation, dict) else None
-    return isinstance(hour, int) and hour > 0
+    return thread, index, {k: v for k, v in record.items() if v is not None}
 
 
 class History:
@@ -339,27 +247,3 @@ def _blocks(content: Any) -> list[Any]:
     if isinstance(content, list):
         return list(content)
     return [{"type": "text", "text": content if isinstance(content, str) else ""}]
-
-
-def _fingerprint(
-    messages: list[tuple[str, dict[str, Any]]], thread: _Thread, prompt: int
-) -> dict[str, Any]:
-    """The record's fingerprint: the start's blocks, then its messages' blocks
-    chained from the thread's salt (module docstring), and a `system+tools` segment
-    for the start."""
-    fields = thread.conversation().fingerprint(messages)
-    if thread.start_tokens is None:  # the session's first call sizes the start
-        shown = sum(s["tokens"] for s in fields["segments"])
-        thread.start_tokens = max(0, prompt - shown)
-    size = fields["block_size"]
-    start = f"start-{thread.generation}"
-    segment = {"name": START_SEGMENT, "hash": start, "tokens": thread.start_tokens}
-    return {
-        "block_size": size,
-        "block_hashes": [*thread.start(size), *fields["block_hashes"]][:MAX_BLOCKS],
-        "segments": [segment, *fields["segments"]],
-    }
-
-
-def _hash(*parts: bytes) -> str:
-    return hashlib.blake2b(b"".join(parts), digest_size=_DIGEST).hexdigest()

@@ -6,7 +6,8 @@ coffee break."""
 
 from typing import Any
 
-from service.importers.claude_code import START_SEGMENT, read_transcript
+from service.importers.claude_code import read_transcript
+from service.importers.threads import START_SEGMENT
 from tests.importers.transcripts import MODEL, T0, Session
 
 
@@ -85,8 +86,7 @@ def test_unreadable_lines_are_named_and_the_rest_is_read() -> None:
 def test_blocks_are_shared_within_a_session_and_never_across() -> None:
     one, two = read(conversation("s1")).records, read(conversation("s2")).records
     first, second = one
-    start_blocks = first["segments"][0]["tokens"] // first["block_size"]
-    assert start_blocks > 100  # 20,000 tokens not shown: the start stands for them
+    assert first["segments"][0]["tokens"] > 15_000  # not shown: the start stands for them
     # The second call extends the first: everything the first sent is seen again.
     assert shared(first["block_hashes"], second["block_hashes"]) >= len(first["block_hashes"]) - 1
     assert shared(first["block_hashes"], two[0]["block_hashes"]) == 0
@@ -104,11 +104,11 @@ def test_a_start_busted_within_the_ttl_is_not_expiry() -> None:
     second, busted, expired = out.records[1:]
     assert out.busted_starts == 1
     assert shared(second["block_hashes"], busted["block_hashes"]) == 0
-    assert busted["segments"][0]["hash"] == "start-1"
+    assert busted["segments"][0]["hash"] not in ("start-0", second["segments"][0]["hash"])
     assert (
         shared(busted["block_hashes"], expired["block_hashes"]) >= len(busted["block_hashes"]) - 1
     )
-    assert expired["segments"][0]["hash"] == "start-1"
+    assert expired["segments"][0]["hash"] == busted["segments"][0]["hash"]
 
 
 def test_the_one_hour_cache_extends_the_ttl_of_the_next_call() -> None:

@@ -123,3 +123,35 @@ class Session:
 
     def text(self) -> bytes:
         return b"".join(orjson.dumps(line) + b"\n" for line in self.lines)
+
+
+START_TOKENS = 18_000  # Claude Code's system prompt and tools, not in the transcript
+TURN_TOKENS = 1_500  # what each turn adds to the history
+
+
+def agent_day(
+    sessions: int = 12, turns: int = 12, *, every_call_busted: bool = False, coffee_every: int = 3
+) -> list[Session]:
+    """One developer's three hours: sessions of `turns` calls 40 s apart, one after
+    another; every `coffee_every`-th session pauses 12 minutes before its 6th turn
+    (its cache expired: the whole prompt written again). With `every_call_busted`, a
+    hook rewrites the project's memory file before every call: each call reads
+    nothing and writes its whole prompt again, seconds after the previous one."""
+    out = []
+    at = T0
+    for n in range(sessions):
+        s = Session(f"day-{n:02d}")
+        prompt = START_TOKENS
+        for turn in range(turns):
+            if turn == 6 and n % coffee_every == coffee_every - 1:
+                at += 720  # a coffee break
+            s.user(at, f"session {n} turn {turn}: " + "please refactor the module " * 40)
+            coffee = turn == 6 and n % coffee_every == coffee_every - 1
+            fresh = turn == 0 or every_call_busted or coffee
+            read = 0 if fresh else prompt
+            prompt += TURN_TOKENS
+            s.answer(at + 4, (8, read, prompt - read - 8))
+            at += 40
+        out.append(s)
+        at += 60
+    return out
