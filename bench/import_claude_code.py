@@ -20,7 +20,7 @@ from unittest import mock
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from service.fingerprint import RecordFields, fingerprint
-from service.importers import claude_code
+from service.importers import claude_code, threads
 from tests.importers.transcripts import T0, Session
 
 
@@ -69,7 +69,7 @@ def main() -> None:
         incremental = timed(lines)
         whole = None
         if calls <= args.baseline_max:
-            with mock.patch.object(claude_code, "Conversation", _Whole):
+            with mock.patch.object(threads, "Conversation", _Whole):
                 whole = timed(lines)
         per = incremental / calls * 1000
         base = "-" if whole is None else f"{whole / calls * 1000:.2f}"
