@@ -2,8 +2,8 @@
 system prompt and tools, not in the transcript) changed, and how many tokens its
 blocks stand for. Pure; `service.importers.claude_code` reads the lines.
 
-**Starts.** A call that read nothing from the cache and wrote at least
-`BUSTED_WRITE_SHARE` of its prompt again within the TTL of its thread's previous
+**Starts.** A call that read nothing from the cache and wrote most of its prompt
+again (`usage_blocks.start_changed`) within the TTL of its thread's previous
 call (5 minutes, Anthropic's; an hour when that call wrote the one-hour cache,
 as the server reads its usage) found something
 before the messages changed: a new *generation* of the start. A longer pause keeps
@@ -30,11 +30,10 @@ from typing import Any
 from service.fingerprint import DEFAULT_BLOCK_SIZE, MAX_BLOCKS, RecordFields
 from service.fingerprint.conversation import Conversation
 from service.ingest.shapes import usage_fields
+from service.ingest.usage_blocks import start_changed
 from service.profiles.builtins import FIVE_MINUTES_S
 
 START_SEGMENT = "system+tools"
-#: A call that wrote at least this share of its prompt again, reading nothing.
-BUSTED_WRITE_SHARE = 0.5
 #: The fitted tokens per estimated token is kept within these bounds.
 SCALE_BOUNDS = (0.25, 8.0)
 _DIGEST = 8
@@ -113,7 +112,7 @@ class Thread:
     def _busted(self, prompt: int, cached: int, written: int, ts: float) -> bool:
         if self.previous_ts is None or ts - self.previous_ts > self.previous_ttl_s:
             return False
-        return cached == 0 and written >= BUSTED_WRITE_SHARE * prompt > 0
+        return start_changed(prompt, cached, written)
 
     def _fit(self) -> tuple[int, float]:
         """(start tokens, tokens per estimated token) by least squares."""

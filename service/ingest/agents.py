@@ -24,6 +24,11 @@ segments of its static start (`tools` and `system`, when both are whole), which
 is what names a volatile system prompt or tool list without claiming a prefix the
 body does not show.
 
+Without a body, a session's calls get blocks inferred from their usage
+(`service.ingest.usage_blocks`): an append-only history as long as usage shows
+nothing else, so a pause past the TTL is an `expiry` rewarm and a compaction a
+history rewrite.
+
 **Gemini CLI** (`gemini_cli.api_response`) and **Codex** (`codex.sse_event` of kind
 `response.completed`) document their token counts in their own telemetry pages;
 they are mapped the same way (`gemini_cli_record`, `codex_record`).
@@ -49,6 +54,8 @@ from service.ingest.genai import (
 )
 from service.ingest.otlp import OtlpItem
 from service.ingest.shapes import ANTHROPIC, GOOGLE, OPENAI
+from service.ingest.usage_blocks import Usage, UsageBlocks
+from service.profiles.builtins import FIVE_MINUTES_S
 
 CLAUDE_CODE_REQUEST = "claude_code.api_request"
 CLAUDE_CODE_BODY = "claude_code.api_request_body"
@@ -192,7 +199,38 @@ def to_record(item: OtlpItem, event: str, body: dict[str, Any] | None = None) ->
     if body:
         record.update(body)
     record.update(cachewatch_fields(item.attributes, item.resource))
+    if event == CLAUDE_CODE_REQUEST and "block_hashes" not in record:
+        record.update(_inferred_blocks(item, record))
     return {k: spelled_if_not_finite(v) for k, v in record.items() if v is not None}
+
+
+def _inferred_blocks(item: OtlpItem, record: dict[str, Any]) -> dict[str, Any]:
+    """Blocks inferred from the call's usage (`service.ingest.usage_blocks`), for a
+    call of a session whose body was not sent; none when its counts are not valid
+    (validation then says why)."""
+    prompt, cached, written, ts_ns = (
+        _whole(record, n) for n in ("prompt_tokens", "cached_tokens", "cache_write_tokens", "ts")
+    )
+    if not record.get("session_id") or None in (prompt, cached, written, ts_ns):
+        return {}
+    assert prompt is not None and cached is not None and written is not None and ts_ns is not None
+    ttl = record.get("cache_ttl_s")
+    ttl_s = (
+        float(ttl) if isinstance(ttl, int | float) and _is_count(ttl) and ttl else FIVE_MINUTES_S
+    )
+    key = "/".join(map(str, _thread_key(item)))
+    usage = Usage(ts_ns / 1e9, prompt, cached, written, ttl_s)
+    hashes = USAGE_BLOCKS.blocks(key, usage)
+    return {} if hashes is None else {"block_size": USAGE_BLOCKS.block_size, "block_hashes": hashes}
+
+
+def _whole(record: dict[str, Any], name: str) -> int | None:
+    value = record.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
 
 
 def _is_label(value: Any) -> bool:
@@ -286,3 +324,4 @@ def _sequence(item: OtlpItem) -> float:
 
 
 BODIES = RequestBodies()
+USAGE_BLOCKS = UsageBlocks()

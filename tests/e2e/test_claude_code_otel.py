@@ -245,6 +245,32 @@ def test_a_session_with_a_coffee_break(
     assert totals["rewarm_tokens"] == cacheable
 
 
+def test_without_bodies_the_coffee_break_is_expiry(
+    live_server: LiveServer, tokens: tuple[str, str]
+) -> None:
+    """The default: no request bodies. The session's blocks are inferred from its
+    usage (an append-only history): the call after the break finds them seen but
+    read nothing, an `expiry` rewarm of the blocks the previous call had."""
+    ingest, read = tokens
+    logs = provider(live_server, ingest, "http/protobuf")
+    agent = ClaudeCode(logs, "sess-plain", "bob@example.com")
+    agent.call(T0_S, (10, 0, 3000), request_id="req_a")
+    agent.call(T0_S + 60, (20, 3000, 500), request_id="req_b")
+    agent.call(T0_S + 660, (30, 0, 4000), request_id="req_c")
+    logs.force_flush()
+    logs.shutdown()
+    totals = httpx.get(
+        f"{live_server.url}/v1/metrics", headers={"Authorization": f"Bearer {read}"}, timeout=60
+    ).json()["totals"]
+    assert totals["fingerprinted_requests"] == 3 and totals["history_rewrites"] == 0
+    assert totals["rewarms"]["total"] == 1 and totals["rewarms"]["expiry"] == 1, totals
+    # Blocks of 128: the first call's 3,010 tokens are ceil(3010 / 128) = 24 of them,
+    # the second's 3,520 are 28. rewarm_tokens = max(0, cacheable - cached) per call:
+    # the second's min(3520, 24 * 128) - 3000 = 72 (under the rewarm threshold), the
+    # third's min(4030, 28 * 128) - 0 = 3,584.
+    assert totals["rewarm_tokens"] == (3072 - 3000) + min(4030, 28 * 128)
+
+
 def test_raw_bodies_name_the_system_prompt_and_the_tools(
     live_server: LiveServer, tokens: tuple[str, str]
 ) -> None:
