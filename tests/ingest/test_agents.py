@@ -11,6 +11,7 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from service.fingerprint import fingerprint
 from service.ingest import agents
 from service.ingest.otlp import OtlpItem
+from service.ingest.usage_blocks import UsageBlocks
 
 END_NS = 1_764_400_000_000_000_000
 STANDARD = {
@@ -66,7 +67,10 @@ def body_item(body: str, sequence: int, **attrs: Any) -> OtlpItem:
     return item(attributes | attrs, "claude_code.api_request_body")
 
 
-def test_an_api_request_event_is_a_record_as_computed_by_hand() -> None:
+def test_an_api_request_event_is_a_record_as_computed_by_hand(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(agents, "USAGE_BLOCKS", UsageBlocks())  # no thread seen before
     record = agents.to_record(item(REQUEST), agents.event_of(item(REQUEST)))
     inferred = {"block_size", "block_hashes"}  # from usage: tests/ingest/test_usage_blocks.py
     assert len(record["block_hashes"]) == -(-9812 // record["block_size"])
