@@ -24,7 +24,7 @@ segments of its static start (`tools` and `system`, when both are whole), which
 is what names a volatile system prompt or tool list without claiming a prefix the
 body does not show.
 
-Without a body, a session's calls get blocks inferred from their usage
+Without a whole body, a session's calls get blocks inferred from their usage
 (`service.ingest.usage_blocks`): an append-only history as long as usage shows
 nothing else, so a pause past the TTL is an `expiry` rewarm and a compaction a
 history rewrite.
