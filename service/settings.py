@@ -56,7 +56,7 @@ class Settings(BaseSettings):
     # String block hashes whose int64 keys each ingesting process remembers, per
     # generation of two (service/ingest/hashing.py): a recurring hash then costs a
     # dict lookup instead of a BLAKE2b call. At most twice this many hashes with
-    # their keys are held (docs/deployment.md, "Memory"); 0 remembers none.
+    # their keys are held (docs/deployment.md, "Sizing"); 0 remembers none.
     hash_memo_entries: int = Field(100_000, ge=0, le=10_000_000)
     # Rejected records kept per body (service/services/rejected.py, docs/ingestion.md):
     # the first `rejected_sample_per_reason` of each distinct reason, for at most

@@ -48,7 +48,7 @@ import orjson
 from msgspec import UNSET, Meta, UnsetType
 
 from service.ingest.diagnoses import MISSED, diagnosis_fields
-from service.ingest.hashing import MEMO, SESSION_PROMPTS, hash_key
+from service.ingest.hashing import KEY_BYTES, MEMO, SESSION_PROMPTS, hash_key
 from service.ingest.records import (
     MAX_ATTRIBUTES,
     MAX_BLOCK_SIZE,
@@ -491,7 +491,7 @@ def _decode_hashes(text: bytes) -> list[str | int] | None:
 
 _hashes_decoder = msgspec.json.Decoder(BlockHashes)
 _NULL = b"null"
-_MAX_PACKED = MAX_BLOCKS * 8
+_MAX_PACKED = MAX_BLOCKS * KEY_BYTES
 
 
 def _orjson_keeps_int(value: str | int) -> bool:

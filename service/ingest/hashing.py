@@ -43,16 +43,17 @@ from service.settings import Settings
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
-_KEY_BYTES = 8
+#: A block hash's key: an int64, as little-endian bytes.
+KEY_BYTES = 8
 
 
 def key_bytes(value: str | int) -> bytes:
     """A hash's key as 8 little-endian bytes: the definition of the mapping."""
     if isinstance(value, str):
-        return blake2b(b"s:" + value.encode(), digest_size=_KEY_BYTES).digest()
+        return blake2b(b"s:" + value.encode(), digest_size=KEY_BYTES).digest()
     if isinstance(value, int) and _INT64_MIN <= value <= _INT64_MAX:
-        return value.to_bytes(_KEY_BYTES, "little", signed=True)
-    return blake2b(f"i:{value}".encode(), digest_size=_KEY_BYTES).digest()
+        return value.to_bytes(KEY_BYTES, "little", signed=True)
+    return blake2b(f"i:{value}".encode(), digest_size=KEY_BYTES).digest()
 
 
 def hash_key(value: str | int) -> int:
@@ -217,7 +218,7 @@ class SessionPrompts:
         if not self.hashes or not text.endswith(b"]"):
             return
         self._young[session] = (text[:-1], packed)
-        self._held += len(packed) // _KEY_BYTES
+        self._held += len(packed) // KEY_BYTES
         if self._held >= self.hashes:
             self._old, self._young, self._held = self._young, {}, 0
 
