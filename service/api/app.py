@@ -26,6 +26,7 @@ from service.api.routers import (
     prometheus,
     regressions,
     rejected,
+    sessions,
     usage,
 )
 from service.clickhouse import clickhouse_for, ids_for
@@ -102,6 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             findings,
             diagnoses,
             groups,
+            sessions,
             regressions,
             alerts,
             health,

@@ -399,6 +399,25 @@ class GroupOut(BaseModel):
     ttft_ms: dict[str, dict[str, float | None]]
 
 
+class SessionOut(BaseModel):
+    """One conversation over a range (`/v1/sessions`, docs/groups.md "Sessions")."""
+
+    session_id: str
+    service: str
+    models: list[str]
+    tenant: str | None
+    requests: int
+    first_ts: str
+    last_ts: str
+    prompt_tokens: int
+    cached_tokens: int
+    hit_rate: float | None
+    cache_write_tokens: int
+    unread_write_tokens: int
+    spend_usd: float | None
+    unread_write_usd: float | None
+
+
 class FoundOut(BaseModel):
     """What cachewatch found for some of a provider reason's requests."""
 

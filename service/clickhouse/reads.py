@@ -6,7 +6,7 @@ by a racing retry counts once."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -14,6 +14,9 @@ import orjson
 import polars as pl
 
 from service.clickhouse.client import ClickHouse, quote
+
+if TYPE_CHECKING:
+    from service.repository.sessions import CallFilter
 
 _BLOCK_SCHEMA: dict[str, pl.DataType] = {
     "id": pl.Int64(),
@@ -225,4 +228,24 @@ def _range(model: str | None, from_us: int | None, to_us: int | None) -> str:
         None if model is None else f"model = {quote(model)}",
         None if from_us is None else f"ts_us >= {int(from_us)}",
         None if to_us is None else f"ts_us < {int(to_us)}",
+    )
+
+
+def session_calls(
+    ch: ClickHouse, where: CallFilter, schema: dict[str, pl.DataType]
+) -> pl.DataFrame:
+    """The calls with a session id that `where` picks, with the columns of `schema`."""
+    conditions = [
+        f"{name} = {quote(value)}"
+        for name in ("service", "model", "tenant")
+        if (value := getattr(where, name)) is not None
+    ]
+    if where.from_us is not None:
+        conditions.append(f"ts_us >= {int(where.from_us)}")
+    if where.to_us is not None:
+        conditions.append(f"ts_us < {int(where.to_us)}")
+    return ch.query(
+        f"SELECT {', '.join(schema)} FROM usage_records FINAL "
+        f"WHERE {_where('session_id IS NOT NULL', *conditions)}",
+        schema,
     )

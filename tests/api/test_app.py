@@ -37,6 +37,7 @@ PATH_METHODS = {
     "/v1/findings": {"GET"},
     "/v1/diagnoses": {"GET"},
     "/v1/groups": {"GET"},
+    "/v1/sessions": {"GET"},
     "/v1/regressions": {"GET"},
     "/v1/detect": {"POST"},
     "/v1/alerts": {"GET"},

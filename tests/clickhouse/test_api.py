@@ -20,6 +20,7 @@ from service.clickhouse import clickhouse_for
 from service.models import RejectedRecord, UsageRecord
 from service.services.tokens import Scope, create_token
 from service.settings import Settings
+from tests.api.test_sessions import MODELS, RECORDS
 from tests.api.test_usage import record as usage_record
 from tests.conftest import drop_database, fresh_database_url
 
@@ -78,3 +79,25 @@ def test_ingest_then_read(deployment: TestClient, chdb_url: str, settings: Setti
         assert session.scalar(select(func.count()).select_from(UsageRecord)) == 0
         reasons = session.scalars(select(RejectedRecord.reason)).all()
     assert len(reasons) == 2 and all("prompt_tokens" in r for r in reasons)
+
+
+def test_sessions_read_from_clickhouse(tmp_path: Path, settings: Settings, chdb_url: str) -> None:
+    """`GET /v1/sessions` of a ClickHouse deployment answers what the relational one
+    does for the same records (tests/api/test_sessions.py computes it by hand)."""
+    models = tmp_path / "models.toml"
+    models.write_text(MODELS, encoding="utf-8")
+    answers = []
+    for clickhouse in (chdb_url, None):
+        url = fresh_database_url(tmp_path, f"sessions{len(answers)}")
+        update = {"database_url": url, "clickhouse_url": clickhouse, "models_file": models}
+        app = create_app(settings.model_copy(update={**update, "clickhouse_visibility_lag_s": 0.0}))
+        migrate.upgrade(app.state.engine)
+        with TestClient(app, raise_server_exceptions=False) as client:
+            posted = client.post("/v1/usage", json=RECORDS, headers=headers(client, "ingest"))
+            assert posted.json()["accepted"] == len(RECORDS)
+            answers.append(client.get("/v1/sessions", headers=headers(client, "read")).json())
+        app.state.engine.dispose()
+        drop_database(url)
+    on_clickhouse, relational = answers
+    assert [s["session_id"] for s in on_clickhouse] == ["A", "B"]
+    assert on_clickhouse == relational

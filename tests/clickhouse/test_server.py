@@ -8,8 +8,10 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from service.analytics.session_report import CALL_COLUMNS, empty_calls
 from service.clickhouse import migrate, reads
 from service.clickhouse.client import ClickHouse
+from service.repository.sessions import CallFilter
 from tests.analytics.conftest import mooncake_frame
 from tests.analytics.reference import Record
 from tests.analytics.test_properties import WINDOWS, traffic
@@ -79,3 +81,28 @@ def test_an_added_column_migration_that_died_before_its_ledger_runs_again(
         {"name": pl.String()},
     )
     assert columns["name"].to_list().count("cache_write_1h_tokens") == 1
+
+
+def test_session_calls_read_as_on_the_engine_in_process(
+    server: ClickHouse, chdb: ClickHouse
+) -> None:
+    """`GET /v1/sessions`' read (`reads.session_calls`) on 18.16 as on chdb."""
+    frame = pl.DataFrame(
+        {
+            "id": [1, 2, 3, 4],
+            "ts_us": [10, 20, 30, 40],
+            "service": ["s", "s", "s", "other"],
+            "model": ["m", "m", "m", "m"],
+            "prompt_tokens": [100, 200, 300, 400],
+            "cached_tokens": [0, 100, 0, 0],
+            "session_id": ["a", None, "a", "b"],
+            "tenant": ["t", None, None, "u"],
+        }
+    )
+    for ch in (server, chdb):
+        insert_frame(ch, frame)
+    schema = {c: empty_calls().schema[c] for c in CALL_COLUMNS}
+    where = CallFilter(service="s", from_us=10, to_us=31)
+    on_server = reads.session_calls(server, where, schema).sort("ts_us")
+    assert on_server["session_id"].to_list() == ["a", "a"]
+    assert on_server.equals(reads.session_calls(chdb, where, schema).sort("ts_us"))
