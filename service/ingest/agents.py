@@ -55,6 +55,7 @@ from service.ingest.genai import (
 from service.ingest.otlp import OtlpItem
 from service.ingest.shapes import ANTHROPIC, GOOGLE, OPENAI
 from service.ingest.usage_blocks import Usage, UsageBlocks
+from service.profiles import Profiles
 from service.profiles.builtins import FIVE_MINUTES_S
 
 CLAUDE_CODE_REQUEST = "claude_code.api_request"
@@ -192,19 +193,39 @@ _MAPPINGS: dict[str, Any] = {
 }
 
 
-def to_record(item: OtlpItem, event: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+def to_record(
+    item: OtlpItem,
+    event: str,
+    body: dict[str, Any] | None = None,
+    profiles: Profiles | None = None,
+) -> dict[str, Any]:
     """The record of a usage event (`event_of`), with a body's fingerprint fields
-    and the `cachewatch.*` attributes (which win, as for GenAI spans)."""
+    and the `cachewatch.*` attributes (which win, as for GenAI spans). `profiles`
+    (the server's caching profiles) give the TTL the usage inference weighs pauses
+    against, as the analytics will."""
     record = _MAPPINGS[event](item)
     if body:
         record.update(body)
     record.update(cachewatch_fields(item.attributes, item.resource))
     if event == CLAUDE_CODE_REQUEST and "block_hashes" not in record:
-        record.update(_inferred_blocks(item, record))
+        record.update(_inferred_blocks(item, record, profiles))
     return {k: spelled_if_not_finite(v) for k, v in record.items() if v is not None}
 
 
-def _inferred_blocks(item: OtlpItem, record: dict[str, Any]) -> dict[str, Any]:
+def _ttl_s(record: dict[str, Any], profiles: Profiles | None) -> float:
+    """The call's TTL as the analytics take it: its `cache_ttl_s`, else its model's
+    caching profile's, else Anthropic's five minutes."""
+    ttl = record.get("cache_ttl_s")
+    if isinstance(ttl, int | float) and _is_count(ttl) and ttl:
+        return float(ttl)
+    model, provider = record.get("model"), record.get("provider")
+    profile = profiles.resolve(model, provider) if profiles and isinstance(model, str) else None
+    return profile.ttl_s if profile is not None and profile.ttl_s else FIVE_MINUTES_S
+
+
+def _inferred_blocks(
+    item: OtlpItem, record: dict[str, Any], profiles: Profiles | None
+) -> dict[str, Any]:
     """Blocks inferred from the call's usage (`service.ingest.usage_blocks`), for a
     call of a session whose body was not sent; none when its counts are not valid
     (validation then says why)."""
@@ -214,12 +235,8 @@ def _inferred_blocks(item: OtlpItem, record: dict[str, Any]) -> dict[str, Any]:
     if not record.get("session_id") or None in (prompt, cached, written, ts_ns):
         return {}
     assert prompt is not None and cached is not None and written is not None and ts_ns is not None
-    ttl = record.get("cache_ttl_s")
-    ttl_s = (
-        float(ttl) if isinstance(ttl, int | float) and _is_count(ttl) and ttl else FIVE_MINUTES_S
-    )
     key = "/".join(map(str, _thread_key(item)))
-    usage = Usage(ts_ns / 1e9, prompt, cached, written, ttl_s)
+    usage = Usage(ts_ns / 1e9, prompt, cached, written, _ttl_s(record, profiles))
     hashes = USAGE_BLOCKS.blocks(key, usage)
     return {} if hashes is None else {"block_size": USAGE_BLOCKS.block_size, "block_hashes": hashes}
 

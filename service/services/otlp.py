@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from service import telemetry
 from service.ingest import agents, genai, inflight, otlp
 from service.ingest.body import UndecodableBody, decompress
+from service.profiles import Profiles
 from service.services.ingestion import IngestOutcome, ingest_usage
 from service.services.rejected import DEFAULT_LIMITS, RejectedLimits, keep_rejected_body
 
@@ -45,14 +46,16 @@ def ingest_otlp(
     received_us: int,
     reservation: inflight.Reservation = inflight.UNMETERED,
     rejected_limits: RejectedLimits = DEFAULT_LIMITS,
+    profiles: Profiles | None = None,
 ) -> OtlpOutcome:
     """The decoding is charged to `reservation`, and what is kept of the rejected
-    records bounded by `rejected_limits` (both as in `ingest_usage`)."""
+    records bounded by `rejected_limits` (both as in `ingest_usage`); `profiles`
+    give coding agents' calls their TTL (`agents.to_record`)."""
     try:
         data = decompress(
             body, content_encoding, max_decompressed_bytes, admit=reservation.charge_inflated
         )
-        lines, ignored = _record_lines(data, signal, encoding, reservation)
+        lines, ignored = _record_lines(data, signal, encoding, reservation, profiles)
     except UndecodableBody as exc:
         keep_undecodable(session, body, signal, str(exc), received_us)
         return OtlpOutcome(rejected=1, undecodable=str(exc))
@@ -80,7 +83,11 @@ def ingest_otlp(
 
 
 def _record_lines(
-    data: bytes, signal: otlp.Signal, encoding: otlp.Encoding, reservation: inflight.Reservation
+    data: bytes,
+    signal: otlp.Signal,
+    encoding: otlp.Encoding,
+    reservation: inflight.Reservation,
+    profiles: Profiles | None,
 ) -> tuple[list[bytes], int]:
     """The GenAI items and coding agents' usage events (`service.ingest.agents`) of
     the request as NDJSON records, one line each, written as
@@ -103,7 +110,7 @@ def _record_lines(
             continue
         if event:
             body = agents.BODIES.take(item) if event == agents.CLAUDE_CODE_REQUEST else None
-            record = agents.to_record(item, event, body)
+            record = agents.to_record(item, event, body, profiles)
         elif genai.is_genai(item):
             record = genai.to_record(item)
         else:

@@ -2,6 +2,7 @@
 records are usage, the fields read (numbers as strings included), and the request
 bodies' fingerprints given to the next request of their thread."""
 
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -12,6 +13,7 @@ from service.fingerprint import fingerprint
 from service.ingest import agents
 from service.ingest.otlp import OtlpItem
 from service.ingest.usage_blocks import UsageBlocks
+from service.profiles import load_profiles
 
 END_NS = 1_764_400_000_000_000_000
 STANDARD = {
@@ -223,3 +225,22 @@ def test_a_body_goes_to_the_next_request_of_its_thread_once() -> None:
         bodies.offer(body_item("{}", 1, **{"session.id": session}), {"segments": [session]})
     assert bodies.take(item(REQUEST | {"session.id": "a"})) is None
     assert bodies.take(item(REQUEST | {"session.id": "c"})) == {"segments": ["c"]}
+
+
+def test_the_inference_weighs_pauses_against_the_models_ttl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A models file giving the model a one-hour TTL: a call 15 minutes after the
+    previous one that read nothing is a changed start (new blocks), not expiry, as
+    the analytics will judge it; with Anthropic's five minutes it is expiry."""
+    models = tmp_path / "models.toml"
+    models.write_text('[[model]]\nmatch = "claude-*"\nprovider = "anthropic"\nttl_s = 3600\n')
+    first = REQUEST | {"cache_read_tokens": 0, "cache_creation_tokens": 9800}
+    later = first | {"event.sequence": 8}
+    for profiles, kept in ((load_profiles(models), False), (None, True)):
+        monkeypatch.setattr(agents, "USAGE_BLOCKS", UsageBlocks())
+        before = agents.to_record(item(first), agents.CLAUDE_CODE_REQUEST, None, profiles)
+        after = agents.to_record(
+            item(later, start_ns=END_NS + 900 * 10**9), agents.CLAUDE_CODE_REQUEST, None, profiles
+        )
+        assert (before["block_hashes"] == after["block_hashes"]) is kept

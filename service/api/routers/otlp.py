@@ -16,6 +16,7 @@ from service.api.deps import BodyDep, IngestAuth, SessionDep, SettingsDep
 from service.api.params import ContentEncodingHeader
 from service.api.schemas import OTLP_ERRORS, otlp_body
 from service.ingest import otlp
+from service.profiles import profiles_for
 from service.services.otlp import ingest_otlp, keep_undecodable
 from service.services.rejected import RejectedLimits
 
@@ -50,6 +51,7 @@ def _receiver(signal: otlp.Signal) -> Callable[..., Response]:
             received_us=received_us,
             reservation=body.reservation,
             rejected_limits=RejectedLimits.of(settings),
+            profiles=profiles_for(settings),
         )
         if outcome.undecodable is not None:
             # Returned, not raised: the session still commits the kept raw body.
