@@ -9,19 +9,11 @@ from typing import Any
 from service.importers.claude_code import read_transcript
 from service.importers.threads import START_SEGMENT
 from tests.importers.transcripts import MODEL, T0, Session
+from tests.ingest.test_usage_blocks import shared
 
 
 def read(session: Session, extra: bytes = b"") -> Any:
     return read_transcript((session.text() + extra).splitlines(keepends=True))
-
-
-def shared(a: list[str], b: list[str]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def conversation(session_id: str = "s1") -> Session:

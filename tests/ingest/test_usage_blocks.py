@@ -9,6 +9,7 @@ T0 = 1_764_399_600.0
 
 
 def shared(a: list[str], b: list[str]) -> int:
+    """How many leading block hashes two calls share."""
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:
