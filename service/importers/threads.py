@@ -30,10 +30,9 @@ from typing import Any
 from service.fingerprint import DEFAULT_BLOCK_SIZE, MAX_BLOCKS, RecordFields
 from service.fingerprint.conversation import Conversation
 from service.ingest.shapes import usage_fields
-from service.ingest.usage_blocks import start_changed
+from service.ingest.usage_blocks import START_SEGMENT, start_changed
 from service.profiles.builtins import FIVE_MINUTES_S
 
-START_SEGMENT = "system+tools"
 #: The fitted tokens per estimated token is kept within these bounds.
 SCALE_BOUNDS = (0.25, 8.0)
 _DIGEST = 8

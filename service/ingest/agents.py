@@ -237,8 +237,16 @@ def _inferred_blocks(
     assert prompt is not None and cached is not None and written is not None and ts_ns is not None
     key = "/".join(map(str, _thread_key(item)))
     usage = Usage(ts_ns / 1e9, prompt, cached, written, _ttl_s(record, profiles))
-    hashes = USAGE_BLOCKS.blocks(key, usage)
-    return {} if hashes is None else {"block_size": USAGE_BLOCKS.block_size, "block_hashes": hashes}
+    inferred = USAGE_BLOCKS.blocks(key, usage)
+    if inferred is None:
+        return {}
+    fields: dict[str, Any] = {
+        "block_size": USAGE_BLOCKS.block_size,
+        "block_hashes": inferred.block_hashes,
+    }
+    if "segments" not in record:  # a cut body's segments are what was seen
+        fields["segments"] = [inferred.start]
+    return fields
 
 
 def _whole(record: dict[str, Any], name: str) -> int | None:

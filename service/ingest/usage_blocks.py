@@ -17,7 +17,9 @@ call and its TTL (`start_changed`: the transcript importer's rule too):
   read is an `expiry` rewarm for the analytics: the cost of the coffee break.
 
 The history-rewrite rule and the ceiling then read these blocks as they read
-real ones: an inference, marked as such in docs/integrations.md. Records with a
+real ones: an inference, marked as such in docs/integrations.md. Each call also
+gets a `system+tools` segment whose hash changes with the start's generation, so
+an agent whose start keeps changing is a `volatile_segment` finding on it. Records with a
 body's real fingerprint never get these.
 
 In-process and bounded (`max_threads`, the least recently seen go first); a call
@@ -33,6 +35,9 @@ from dataclasses import dataclass, field
 
 from service.fingerprint import DEFAULT_BLOCK_SIZE, MAX_BLOCKS
 
+#: The segment standing for what comes before a coding agent's messages (its system
+#: prompt and tools) when the request body is not seen.
+START_SEGMENT = "system+tools"
 #: A call that wrote at least this share of its prompt again, reading nothing.
 BUSTED_WRITE_SHARE = 0.5
 #: Slack on "read less than the previous prompt": providers cache in increments.
@@ -59,9 +64,18 @@ class Usage:
     ttl_s: float
 
 
+@dataclass(frozen=True)
+class Inferred:
+    """A call's inferred fingerprint: its block hashes, and its start's segment."""
+
+    block_hashes: list[str]
+    start: dict[str, object]
+
+
 @dataclass
 class _Thread:
     previous: Usage
+    start_tokens: int  # the thread's first prompt: its start and a first question
     generation: int = 0
     # (first block, tag) of each stretch of the history: a rewrite starts one.
     stretches: list[tuple[int, str]] = field(default_factory=lambda: [(0, "")])
@@ -76,12 +90,13 @@ class UsageBlocks:
         self._threads: OrderedDict[str, _Thread] = OrderedDict()
         self._lock = threading.Lock()
 
-    def blocks(self, key: str, usage: Usage) -> list[str] | None:
-        """The call's block hashes, or None for a call older than the thread's last."""
+    def blocks(self, key: str, usage: Usage) -> Inferred | None:
+        """The call's inferred fingerprint, or None for a call older than the
+        thread's last."""
         with self._lock:
             thread = self._threads.get(key)
             if thread is None:
-                thread = self._threads[key] = _Thread(usage)
+                thread = self._threads[key] = _Thread(usage, usage.prompt)
             elif usage.ts_s < thread.previous.ts_s:
                 return None
             else:
@@ -89,7 +104,16 @@ class UsageBlocks:
             self._threads.move_to_end(key)
             while len(self._threads) > self._max_threads:
                 self._threads.popitem(last=False)
-            return self._hashes(key, thread, usage.prompt)
+            return Inferred(self._hashes(key, thread, usage.prompt), self._start(key, thread))
+
+    def _start(self, key: str, thread: _Thread) -> dict[str, object]:
+        """The `START_SEGMENT` segment: one hash for every thread's first start
+        (nothing tells them apart), one of its own for each start that changed, so
+        many changed starts make a `volatile_segment` finding on it. Its tokens: the
+        thread's first prompt (its start and a first question, a bound)."""
+        changed = hashlib.blake2b(f"{key}/{thread.generation}".encode(), digest_size=_DIGEST)
+        digest = "start-0" if not thread.generation else changed.hexdigest()
+        return {"name": START_SEGMENT, "hash": digest, "tokens": thread.start_tokens}
 
     def _follow(self, thread: _Thread, usage: Usage) -> None:
         """What usage says changed since the thread's previous call (module docstring)."""

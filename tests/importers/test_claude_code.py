@@ -7,7 +7,7 @@ coffee break."""
 from typing import Any
 
 from service.importers.claude_code import read_transcript
-from service.importers.threads import START_SEGMENT
+from service.ingest.usage_blocks import START_SEGMENT
 from tests.importers.transcripts import MODEL, T0, Session
 from tests.ingest.test_usage_blocks import shared
 

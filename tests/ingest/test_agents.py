@@ -74,8 +74,9 @@ def test_an_api_request_event_is_a_record_as_computed_by_hand(
 ) -> None:
     monkeypatch.setattr(agents, "USAGE_BLOCKS", UsageBlocks())  # no thread seen before
     record = agents.to_record(item(REQUEST), agents.event_of(item(REQUEST)))
-    inferred = {"block_size", "block_hashes"}  # from usage: tests/ingest/test_usage_blocks.py
+    inferred = {"block_size", "block_hashes", "segments"}  # tests/ingest/test_usage_blocks.py
     assert len(record["block_hashes"]) == -(-9812 // record["block_size"])
+    assert record["segments"] == [{"name": "system+tools", "hash": "start-0", "tokens": 9812}]
     assert {k: v for k, v in record.items() if k not in inferred} == {
         "request_id": "req_011abc",
         "ts": END_NS - 2_500_000_000,  # started duration_ms before it was logged

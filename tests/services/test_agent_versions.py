@@ -2,7 +2,9 @@
 Claude Code's `api_request` events (mapped by `service.ingest.agents`, blocks
 inferred from usage) over two days on 2.1.100, then a day on 2.1.101, whose every
 call reads nothing and writes its whole prompt again. Detection reports one
-regression, attributed to the new version (its `app.version` as `deploy`)."""
+regression, attributed to the new version (its `app.version` as `deploy`), and the
+findings name what changed: the start (`system+tools`), volatile since the
+release."""
 
 from typing import Any
 
@@ -16,6 +18,7 @@ from service.ingest.otlp import OtlpItem
 from service.ingest.usage_blocks import UsageBlocks
 from service.models import Regression
 from service.services.detection import detect
+from service.services.findings import findings
 from service.services.ingestion import ingest_usage
 from service.services.regressions import regression_to_json
 from service.settings import Settings
@@ -87,3 +90,5 @@ def test_a_version_that_busts_the_cache_is_its_regression(
     (regression,) = found
     assert regression["service"] == "claude-code"
     assert regression["attributed_to"]["deploy"] == "2.1.101", regression
+    found_kinds = {(f.kind, f.segment, f.since_us) for f in findings(session, settings).findings}
+    assert ("volatile_segment", "system+tools", (T0 + 2 * DAY) * 1_000_000) in found_kinds
