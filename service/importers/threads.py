@@ -29,8 +29,7 @@ from typing import Any
 
 from service.fingerprint import DEFAULT_BLOCK_SIZE, MAX_BLOCKS, RecordFields
 from service.fingerprint.conversation import Conversation
-from service.ingest.shapes import usage_fields
-from service.ingest.usage_blocks import START_SEGMENT, start_changed
+from service.ingest.usage_blocks import START_SEGMENT, Usage, read_usage, start_changed
 from service.profiles.builtins import FIVE_MINUTES_S
 
 #: The fitted tokens per estimated token is kept within these bounds.
@@ -62,11 +61,9 @@ class Thread:
 
     def add(self, usage: dict[str, Any], ts: float, messages: list[tuple[str, Any]]) -> int:
         """The next call (its API usage object, time and messages); returns its
-        index. The usage is read as the server reads it (`usage_fields`)."""
-        read = usage_fields(usage, "usage", None)
-        prompt, cached, written = (
-            _count(read, name) for name in ("prompt_tokens", "cached_tokens", "cache_write_tokens")
-        )
+        index. The usage is read as the server reads it (`read_usage`)."""
+        read = read_usage(usage, ts, FIVE_MINUTES_S) or Usage(ts, 0, 0, 0, FIVE_MINUTES_S)
+        prompt, cached, written = read.prompt, read.cached, read.written
         if self._busted(prompt, cached, written, ts):
             self.generation += 1
             self.busted += 1
@@ -77,8 +74,7 @@ class Thread:
         shown = sum(s["tokens"] for s in fields["segments"])
         self.calls.append(_Call(self.generation, prompt, fields, shown))
         self.previous_ts = ts
-        ttl = read.get("cache_ttl_s")
-        self.previous_ttl_s = float(ttl) if isinstance(ttl, int | float) else FIVE_MINUTES_S
+        self.previous_ttl_s = read.ttl_s
         return len(self.calls) - 1
 
     def fingerprints(self) -> list[dict[str, Any]]:
@@ -133,11 +129,6 @@ class Thread:
         """The `system+tools` segment's hash: one for every thread's first start
         (nothing tells them apart), one of its own for each start that changed."""
         return "start-0" if not call.generation else _hash(self._salt(call.generation))
-
-
-def _count(fields: dict[str, Any], name: str) -> int:
-    value = fields.get(name)
-    return value if isinstance(value, int) else 0
 
 
 def _hash(*parts: bytes) -> str:

@@ -50,11 +50,10 @@ from service.ingest.genai import (
     fallback_id,
     integral,
     spelled_if_not_finite,
-    total,
 )
 from service.ingest.otlp import OtlpItem
 from service.ingest.shapes import ANTHROPIC, GOOGLE, OPENAI
-from service.ingest.usage_blocks import Usage, UsageBlocks
+from service.ingest.usage_blocks import UsageBlocks, read_usage
 from service.profiles import Profiles
 from service.profiles.builtins import FIVE_MINUTES_S
 
@@ -65,6 +64,13 @@ CODEX_SSE_EVENT = "codex.sse_event"
 CODEX_COMPLETED = "response.completed"
 #: The tenant: the first of these present (the person, else the organisation).
 TENANT_FROM = ("user.email", "user.account_uuid", "user.account_id", "user.id", "organization.id")
+#: The event's token counts as the Messages API's usage object names them.
+CLAUDE_CODE_USAGE = {
+    "input_tokens": "input_tokens",
+    "cache_read_tokens": "cache_read_input_tokens",
+    "cache_creation_tokens": "cache_creation_input_tokens",
+    "output_tokens": "output_tokens",
+}
 #: Labels kept in the record's `attributes`, when present.
 CLAUDE_CODE_LABELS = ("speed", "effort", "organization.id", "cost_usd", "app.entrypoint")
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
@@ -138,19 +144,17 @@ def _common(item: OtlpItem, *, session: str, deploy: tuple[str, ...]) -> dict[st
 def claude_code_record(item: OtlpItem) -> dict[str, Any]:
     """The usage record of a `claude_code.api_request` event (before any body's
     fingerprint and the `cachewatch.*` overrides)."""
-    uncached = number(_get(item, "input_tokens"))
-    read = number(_get(item, "cache_read_tokens"))
-    written = number(_get(item, "cache_creation_tokens"))
     record = _common(item, session="session.id", deploy=("app.version", "service.version"))
     record |= {
         "request_id": _get(item, "request_id") or fallback_id(item),
         "provider": ANTHROPIC,
         "scenario": _get(item, "query_source"),
-        # Anthropic's input_tokens excludes what was read from and written to the cache.
-        "prompt_tokens": total(uncached, read, written),
-        "cached_tokens": read if read is not None else 0,
-        "cache_write_tokens": written if written is not None else 0,
-        "completion_tokens": number(_get(item, "output_tokens")),
+        # The Messages API's own usage object, from which the server derives prompt,
+        # cached and written tokens as for any Anthropic record (contract section 1).
+        "usage": {
+            usage_name: number(_get(item, event_name))
+            for event_name, usage_name in CLAUDE_CODE_USAGE.items()
+        },
     }
     labels = {name: _get(item, name) for name in CLAUDE_CODE_LABELS}
     record["attributes"] = {k: number(v) for k, v in labels.items() if _is_label(v)} or None
@@ -229,15 +233,11 @@ def _inferred_blocks(
     """Blocks inferred from the call's usage (`service.ingest.usage_blocks`), for a
     call of a session whose body was not sent; none when its counts are not valid
     (validation then says why)."""
-    prompt, cached, written, ts_ns = (
-        _whole(record, n) for n in ("prompt_tokens", "cached_tokens", "cache_write_tokens", "ts")
-    )
-    if not record.get("session_id") or None in (prompt, cached, written, ts_ns):
+    ts_ns = record.get("ts")
+    if not record.get("session_id") or type(ts_ns) is not int:
         return {}
-    assert prompt is not None and cached is not None and written is not None and ts_ns is not None
-    key = "/".join(map(str, _thread_key(item)))
-    usage = Usage(ts_ns / 1e9, prompt, cached, written, _ttl_s(record, profiles))
-    inferred = USAGE_BLOCKS.blocks(key, usage)
+    usage = read_usage(record["usage"], ts_ns / 1e9, _ttl_s(record, profiles))
+    inferred = None if usage is None else USAGE_BLOCKS.blocks(_thread_name(item), usage)
     if inferred is None:
         return {}
     fields: dict[str, Any] = {
@@ -247,11 +247,6 @@ def _inferred_blocks(
     if "segments" not in record:  # a cut body's segments are what was seen
         fields["segments"] = [inferred.start]
     return fields
-
-
-def _whole(record: dict[str, Any], name: str) -> int | None:
-    value = record.get(name)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _is_count(value: Any) -> bool:
@@ -313,11 +308,11 @@ class RequestBodies:
 
     def __init__(self, max_keys: int = 10_000) -> None:
         self._max_keys = max_keys
-        self._bodies: OrderedDict[tuple[Any, ...], _Body] = OrderedDict()
+        self._bodies: OrderedDict[str, _Body] = OrderedDict()
         self._lock = threading.Lock()
 
     def offer(self, item: OtlpItem, fields: dict[str, Any]) -> None:
-        key, sequence = _thread_key(item), _sequence(item)
+        key, sequence = _thread_name(item), _sequence(item)
         with self._lock:
             held = self._bodies.get(key)
             if held is None or held.sequence <= sequence:
@@ -327,7 +322,7 @@ class RequestBodies:
                 self._bodies.popitem(last=False)
 
     def take(self, item: OtlpItem) -> dict[str, Any] | None:
-        key, sequence = _thread_key(item), _sequence(item)
+        key, sequence = _thread_name(item), _sequence(item)
         with self._lock:
             held = self._bodies.get(key)
             if held is None or held.sequence >= sequence:
@@ -336,8 +331,10 @@ class RequestBodies:
             return held.fields
 
 
-def _thread_key(item: OtlpItem) -> tuple[Any, ...]:
-    return (_get(item, "session.id"), _get(item, "query_source"), _get(item, "model"))
+def _thread_name(item: OtlpItem) -> str:
+    """A session's thread (`query_source`) with one model: whose bodies and usage
+    are followed together."""
+    return "/".join(str(_get(item, n)) for n in ("session.id", "query_source", "model"))
 
 
 def _sequence(item: OtlpItem) -> float:

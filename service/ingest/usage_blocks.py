@@ -32,8 +32,10 @@ import hashlib
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any, TypeGuard
 
 from service.fingerprint import DEFAULT_BLOCK_SIZE, MAX_BLOCKS
+from service.ingest.shapes import usage_fields
 
 #: The segment standing for what comes before a coding agent's messages (its system
 #: prompt and tools) when the request body is not seen.
@@ -62,6 +64,25 @@ class Usage:
     cached: int
     written: int
     ttl_s: float
+
+
+def read_usage(usage: dict[str, Any], ts_s: float, ttl_s: float) -> Usage | None:
+    """A provider's usage object read as the server reads it
+    (`service.ingest.shapes.usage_fields`: one definition of prompt, cached and
+    written tokens), at `ts_s`; its TTL the usage's own (Anthropic's one-hour
+    writes), else `ttl_s`. None when a count is not valid (validation says why)."""
+    fields = usage_fields(usage, "usage", None)
+    prompt, cached, written = (
+        fields.get(n) for n in ("prompt_tokens", "cached_tokens", "cache_write_tokens")
+    )
+    if not (_count(prompt) and _count(cached) and _count(written)):
+        return None
+    own = fields.get("cache_ttl_s")
+    return Usage(ts_s, prompt, cached, written, float(own) if type(own) is int else ttl_s)
+
+
+def _count(value: Any) -> TypeGuard[int]:
+    return type(value) is int and value >= 0
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ def test_claude_code_events_at_the_root_path(
     assert answer.status_code == 200
     partial = ExportLogsServiceResponse.FromString(answer.content).partial_success
     assert partial.rejected_log_records == 1
-    assert "req_2" in partial.error_message and "prompt_tokens" in partial.error_message
+    assert "req_2" in partial.error_message and "usage.input_tokens" in partial.error_message
     [row] = stored(session)
     assert (row.request_id, row.prompt_tokens, row.cached_tokens) == ("req_1", 2152, 2048)
     assert (row.cache_write_tokens, row.completion_tokens, row.latency_ms) == (100, 7, 1500.5)

@@ -88,10 +88,14 @@ def test_an_api_request_event_is_a_record_as_computed_by_hand(
         "latency_ms": 2500,
         "provider": "anthropic",
         "scenario": "repl_main_thread",
-        "prompt_tokens": 12 + 9000 + 800,  # input_tokens excludes the cache's
-        "cached_tokens": 9000,
-        "cache_write_tokens": 800,
-        "completion_tokens": 300,
+        # The Messages API's usage object: the server derives prompt (12 + 9,000 + 800),
+        # cached and written tokens from it (tests/api/test_agent_logs.py checks them).
+        "usage": {
+            "input_tokens": 12,
+            "cache_read_input_tokens": 9000,
+            "cache_creation_input_tokens": 800,
+            "output_tokens": 300,
+        },
         "attributes": {"speed": "normal", "organization.id": "org-1", "cost_usd": 0.0123},
     }
 
@@ -124,7 +128,8 @@ def test_numbers_sent_as_strings_are_read_as_numbers() -> None:
     """Claude Code before 2.1.122 sent every number as a string."""
     as_strings = {k: str(v) if isinstance(v, int | float) else v for k, v in REQUEST.items()}
     record = agents.to_record(item(as_strings), agents.CLAUDE_CODE_REQUEST)
-    assert record["prompt_tokens"] == 9812 and record["cached_tokens"] == 9000
+    assert record["usage"]["cache_read_input_tokens"] == 9000
+    assert record["usage"]["input_tokens"] == 12 and len(record["block_hashes"]) > 0
     assert record["latency_ms"] == 2500 and record["ts"] == END_NS - 2_500_000_000
     assert record["attributes"]["cost_usd"] == 0.0123
     assert agents.number(" 12 ") == 12 and agents.number("1e3") == 1000
