@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx
 import orjson
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
@@ -176,7 +177,7 @@ def _post(
     files: list[Path], url: str, token: str, state: State, service: str, totals: _Totals, bar: bool
 ) -> PostStats:
     done = PostStats()
-    with _progress(bar) as shown:
+    with _progress(bar) as shown, httpx.Client(timeout=60.0) as client:
         task = shown.add_task("importing", total=sum(f.stat().st_size for f in files))
         for file in files:
             unchanged, posted = state.posted(file)
@@ -188,15 +189,18 @@ def _post(
                 fresh = transcript.records[posted:]
                 _count(totals, transcript, len(fresh))
                 if fresh:
-                    _add(done, _post_file(url, token, fresh, file))
+                    done.add(_post_file(client, url, token, fresh, file))
                 state.mark(file, len(transcript.records))
             shown.advance(task, file.stat().st_size)
     return done
 
 
-def _post_file(url: str, token: str, records: list[dict[str, Any]], file: Path) -> PostStats:
+def _post_file(
+    client: httpx.Client, url: str, token: str, records: list[dict[str, Any]], file: Path
+) -> PostStats:
+    """One file's new records, on the run's one connection pool."""
     try:
-        return post_records(url, token, records)
+        return post_records(url, token, records, client=client)
     except PostError as exc:
         typer.echo(f"{file}: not posted: {exc} (run again to resume)", err=True)
         raise typer.Exit(1) from None
@@ -206,8 +210,3 @@ def _count(totals: _Totals, transcript: Transcript, records: int) -> None:
     totals.records += records
     totals.problems += len(transcript.problems)
     totals.busted_starts += transcript.busted_starts
-
-
-def _add(total: PostStats, more: PostStats) -> None:
-    for name in ("batches", "records", "accepted", "duplicates", "rejected", "retries"):
-        setattr(total, name, getattr(total, name) + getattr(more, name))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -32,6 +32,11 @@ class PostStats:
     duplicates: int = 0
     rejected: int = 0
     retries: int = 0
+
+    def add(self, other: PostStats) -> None:
+        """Count `other`'s posts in these (several runs of `post_records`)."""
+        for name in (f.name for f in fields(self)):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 def write_ndjson(records: Iterable[dict[str, Any]], out: str | Path | IO[bytes]) -> int:
