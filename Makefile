@@ -7,10 +7,11 @@ APT_PACKAGES := syslog-ng-core syslog-ng-mod-http docker-compose chromium clickh
 
 .PHONY: install system-deps postgres lint test test-sqlite test-postgres demo bench lab lab-install clean
 
-$(VENV)/.installed: pyproject.toml
+# The client (clients/python, its own distribution) first: the service depends on it.
+$(VENV)/.installed: pyproject.toml clients/python/pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -e clients/python -e '.[dev]'
 	touch $@
 
 install: $(VENV)/.installed

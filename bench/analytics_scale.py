@@ -87,7 +87,7 @@ def worker_pass(n: int) -> dict[str, Any]:
 
 
 #: What `--segments` gives every record: the static start (tools, system) and its
-#: first message, as `service.fingerprint` would send them (issue 18's segment rollups).
+#: first message, as `cachewatch_client.fingerprint` would send them (issue 18's segment rollups).
 SEGMENTS = [
     {"name": "tools", "hash": "tools-v1", "tokens": 1200, "norm_hash": "n-tools"},
     {"name": "system", "hash": "system-v1", "tokens": 800, "norm_hash": "n-system"},

@@ -2,7 +2,7 @@
 one transcript of N calls (each turn ~2 KB of user text and ~2 KB of answer, as
 tests/importers/transcripts.py writes them), read by `read_transcript`, against the
 same with every call fingerprinted whole and its blocks salted one by one (the
-baseline: what the importer did before `service.fingerprint.conversation`), in the
+baseline: what the importer did before `cachewatch_client.fingerprint.conversation`), in the
 same run. The
 baseline is skipped above --baseline-max calls (it grows with the square).
 
@@ -19,7 +19,7 @@ from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from service.fingerprint import RecordFields, fingerprint
+from cachewatch_client.fingerprint import RecordFields, fingerprint
 from service.importers import claude_code, threads
 from tests.importers.transcripts import T0, Session
 

@@ -12,7 +12,7 @@ from service.alerts.wording import cost_phrase, pct
 from service.clickhouse import clickhouse_for
 from service.clickhouse.client import ChdbDirectoryBusy, ClickHouse
 from service.db import PassBusy, make_engine, make_sessionmaker, waiting_for_locks
-from service.fingerprint.cli import app as diff_app
+from service.diff_cli import app as diff_app
 from service.importers.cli import app as import_app
 from service.settings import Settings, get_settings
 from service.simulate.cli import app as simulate_app

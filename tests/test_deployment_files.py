@@ -149,7 +149,7 @@ def test_dockerfile_installs_the_console_script_and_its_files() -> None:
     assert text.startswith("FROM python:3.11"), "the project targets Python 3.11"
     # The migrations are package data under service/: no alembic.ini or migrations/
     # beside the package is needed (test_installed_package_finds_its_migrations).
-    for needed in ("pyproject.toml", "service", "dashboards"):
+    for needed in ("pyproject.toml", "clients", "service", "dashboards"):
         assert any(
             line.startswith(("COPY", "ADD")) and needed in line for line in text.splitlines()
         ), f"the image lacks {needed}"

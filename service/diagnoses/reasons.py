@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: A request segment's class, by the name the fingerprint gives it
-#: (`service.fingerprint.parts`): OpenAI's `instructions` and every system turn
+#: (`cachewatch_client.fingerprint.parts`): OpenAI's `instructions` and every system turn
 #: are rendered into `system`; each turn after is a `message[i]`.
 MESSAGES = "messages"
 SEGMENT_CLASSES = ("tools", "response_format", "system", MESSAGES, "other")

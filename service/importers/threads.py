@@ -27,8 +27,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.fingerprint import DEFAULT_BLOCK_SIZE, MAX_BLOCKS, RecordFields
-from service.fingerprint.conversation import Conversation
+from cachewatch_client.fingerprint import DEFAULT_BLOCK_SIZE, MAX_BLOCKS, RecordFields
+from cachewatch_client.fingerprint.conversation import Conversation
 from service.ingest.usage_blocks import START_SEGMENT, Usage, read_usage, start_changed
 from service.profiles.builtins import FIVE_MINUTES_S
 

@@ -17,7 +17,7 @@ says which field).
 
 With `OTEL_LOG_RAW_API_BODIES=1` each attempt also logs
 `claude_code.api_request_body`, whose `body` attribute is the request's JSON, cut at
-60 KB (`body_truncated`). Its fingerprint (`service.fingerprint`) goes to the next
+60 KB (`body_truncated`). Its fingerprint (`cachewatch_client.fingerprint`) goes to the next
 `api_request` of the same session, thread (`query_source`) and model
 (`RequestBodies`): a whole body gives every fingerprint field; a cut one only the
 segments of its static start (`tools` and `system`, when both are whole), which
@@ -44,7 +44,7 @@ from typing import Any
 import orjson
 import pydantic_core
 
-from service.fingerprint import fingerprint
+from cachewatch_client.fingerprint import fingerprint
 from service.ingest.genai import (
     cachewatch_fields,
     fallback_id,

@@ -34,7 +34,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from service.fingerprint import DEFAULT_BLOCK_SIZE, MAX_BLOCKS
+from cachewatch_client.fingerprint import DEFAULT_BLOCK_SIZE, MAX_BLOCKS
 from service.ingest.shapes import usage_fields
 
 #: The segment standing for what comes before a coding agent's messages (its system

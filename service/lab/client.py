@@ -1,7 +1,7 @@
 """One request of the lab, sent and recorded the way docs/fingerprint.md tells
 users to: the `openai` SDK against the router, streamed so TTFT is the time to
 the first token, `usage` as returned (with `stream_options.include_usage`), the
-replica from the answer, and the fingerprint from `service.fingerprint` with the
+replica from the answer, and the fingerprint from `cachewatch_client.fingerprint` with the
 engine's own tokens (`/apply-template`, then `/tokenize`), so block hashes follow
 the tokens the engine prefills. Records go to cachewatch from a background queue
 in batches, as the docs advise for production.
@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 from openai import AsyncOpenAI
 
-from service.fingerprint import fingerprint
+from cachewatch_client.fingerprint import fingerprint
 
 BLOCK_SIZE = 16  # llama.cpp reuses the cache token by token: small blocks, a close ceiling
 MODEL = "smollm2"

@@ -24,8 +24,9 @@ import pytest
 from service.models import Base
 from tests.conftest import PROJECT_ROOT
 
-#: What the wheel is built from (the Dockerfile copies the same).
-SOURCES = ("pyproject.toml", "README.md", "service", "dashboards")
+#: What the wheels are built from (the Dockerfile copies the same): the service's,
+#: and the client's it depends on (clients/python).
+SOURCES = ("pyproject.toml", "README.md", "service", "dashboards", "clients")
 #: The first setuptools that reads `license = "Apache-2.0"` (PEP 639).
 SETUPTOOLS_SPDX = (77,)
 
@@ -38,10 +39,11 @@ def run(
     return done
 
 
-def build_wheel(tmp_path: Path) -> Path:
-    """The wheel of a copy of the sources (no build/ or egg-info left in the
-    checkout). Without build isolation when this venv's setuptools can build the
-    project (fast, offline); else pip's isolated build fetches a newer one."""
+def build_wheels(tmp_path: Path) -> list[Path]:
+    """The wheels of a copy of the sources, the client's and the service's (no
+    build/ or egg-info left in the checkout). Without build isolation when this
+    venv's setuptools can build the project (fast, offline); else pip's isolated
+    build fetches a newer one."""
     source, out = tmp_path / "source", tmp_path / "wheels"
     source.mkdir()
     for name in SOURCES:
@@ -52,9 +54,10 @@ def build_wheel(tmp_path: Path) -> Path:
             shutil.copy(path, source / name)
     isolation = [] if _setuptools_version() < SETUPTOOLS_SPDX else ["--no-build-isolation"]
     pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation]
-    run([*pip, "-w", str(out), str(source)])
-    (wheel,) = out.glob("cachewatch-*.whl")
-    return wheel
+    run([*pip, "-w", str(out), str(source / "clients" / "python"), str(source)])
+    (client,) = out.glob("cachewatch_client-*.whl")
+    (service,) = out.glob("cachewatch-*.whl")
+    return [client, service]
 
 
 def _setuptools_version() -> tuple[int, ...]:
@@ -64,8 +67,8 @@ def _setuptools_version() -> tuple[int, ...]:
         return (0,)
 
 
-def fresh_venv(tmp_path: Path, wheel: Path) -> Path:
-    """A new venv holding the wheel alone; the dependencies are this venv's, seen
+def fresh_venv(tmp_path: Path, wheels: list[Path]) -> Path:
+    """A new venv holding the wheels alone; the dependencies are this venv's, seen
     through a .pth file (nothing downloaded). A .pth path line adds the folder
     only: this venv's own .pth files (the editable install of the checkout) are
     not run, so `service` can only come from the wheel."""
@@ -75,7 +78,7 @@ def fresh_venv(tmp_path: Path, wheel: Path) -> Path:
     purelib = run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
     (Path(purelib.stdout.strip()) / "outer.pth").write_text(sysconfig.get_path("purelib") + "\n")
     pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q"]
-    run([*pip, "--no-deps", "--no-index", str(wheel)])
+    run([*pip, "--no-deps", "--no-index", *map(str, wheels)])
     return venv
 
 
@@ -90,7 +93,7 @@ def clickhouse_database(clickhouse_server: str) -> Iterator[str]:
 def test_the_installed_wheel_migrates_both_databases(
     tmp_path: Path, clickhouse_server: str, clickhouse_database: str
 ) -> None:
-    venv = fresh_venv(tmp_path, build_wheel(tmp_path))
+    venv = fresh_venv(tmp_path, build_wheels(tmp_path))
     elsewhere = tmp_path / "elsewhere"  # no alembic.ini, no migrations/, no source
     elsewhere.mkdir()
     env = {
@@ -101,12 +104,13 @@ def test_the_installed_wheel_migrates_both_databases(
     env["CACHEWATCH_DATABASE_URL"] = f"sqlite:///{tmp_path / 'relational.db'}"
     env["CACHEWATCH_CLICKHOUSE_URL"] = clickhouse_server + clickhouse_database
 
-    where = run(
-        [str(venv / "bin" / "python"), "-c", "import service; print(service.__file__)"],
-        cwd=elsewhere,
-        env=env,
-    )
-    assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout
+    for package in ("service", "cachewatch_client"):
+        where = run(
+            [str(venv / "bin" / "python"), "-c", f"import {package}; print({package}.__file__)"],
+            cwd=elsewhere,
+            env=env,
+        )
+        assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout
     run([str(venv / "bin" / "cachewatch"), "migrate"], cwd=elsewhere, env=env)
 
     relational = sqlite3.connect(tmp_path / "relational.db")

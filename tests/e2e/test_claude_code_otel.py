@@ -33,7 +33,7 @@ from opentelemetry.sdk.resources import Resource
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from service.fingerprint import fingerprint
+from cachewatch_client.fingerprint import fingerprint
 from service.models import UsageRecord
 from tests.conftest import LiveServer
 

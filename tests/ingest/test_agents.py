@@ -9,7 +9,7 @@ import orjson
 import pytest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
-from service.fingerprint import fingerprint
+from cachewatch_client.fingerprint import fingerprint
 from service.ingest import agents
 from service.ingest.otlp import OtlpItem
 from service.ingest.usage_blocks import UsageBlocks

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.fingerprint import fingerprint
+from cachewatch_client.fingerprint import fingerprint
 from service.ingest.records import MAX_HASH_LENGTH
 from service.models import RejectedRecord, UsageRecord
 from tests.ingest.test_litellm import payload

@@ -1,15 +1,15 @@
-"""service.fingerprint.values: an id, a time or a user's data inserted into a prompt."""
+"""cachewatch_client.fingerprint.values: an id, a time or a user's data inserted into a prompt."""
 
 from typing import Any
 
 import pytest
 
-from service.fingerprint import (
+from cachewatch_client.fingerprint import (
     HintCode,
     explain_divergence,
     fingerprint,
 )
-from tests.fingerprint.helpers import (
+from tests.client.fingerprint.helpers import (
     SYSTEM,
     anthropic_request,
     assert_points_at_difference,

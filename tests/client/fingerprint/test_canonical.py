@@ -1,4 +1,4 @@
-"""service.fingerprint.canonical: canonical, stable fingerprints across processes."""
+"""cachewatch_client.fingerprint.canonical: canonical, stable fingerprints across processes."""
 
 import base64
 import json
@@ -8,12 +8,12 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.fingerprint import (
+from cachewatch_client.fingerprint import (
     IMAGE_TOKENS,
     IMAGE_TOKENS_LOW,
     fingerprint,
 )
-from tests.fingerprint.helpers import (
+from tests.client.fingerprint.helpers import (
     TOOLS_14,
     Body,
     char_tokenizer,
@@ -29,7 +29,7 @@ def test_fingerprints_are_identical_across_processes_and_hash_seeds() -> None:
     the dict orders differ between processes, the fingerprints must not."""
     code = """
 import json
-from service.fingerprint import fingerprint
+from cachewatch_client.fingerprint import fingerprint
 keys = {"alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"}
 props = {k: {"type": "string", "description": "the " + k} for k in keys}
 tools = [{"type": "function", "function": {"name": "lookup",

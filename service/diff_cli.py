@@ -2,7 +2,7 @@
 
 `app` is a Typer app whose callback is the command, so that it works both mounted,
 `parent.add_typer(app, name="diff")` giving `cachewatch diff A.json B.json`, and on
-its own, `python -m service.fingerprint.cli A.json B.json`. (A one-command Typer
+its own, `python -m service.diff_cli A.json B.json`. (A one-command Typer
 app would need `cachewatch diff diff` once mounted.) `diff` itself can also be
 registered directly: `parent.command("diff")(diff)`.
 
@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
-from . import explain_divergence, fingerprint
+from cachewatch_client.fingerprint import explain_divergence, fingerprint
 
 EXIT_SAME_PREFIX = 0
 EXIT_DIVERGED = 1

@@ -1,4 +1,4 @@
-"""service.fingerprint.normalize: `norm_hash`, equal across renderings of one prompt,
+"""cachewatch_client.fingerprint.normalize: `norm_hash`, equal across renderings of one prompt,
 different across contents, and stable across processes."""
 
 import base64
@@ -10,15 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.fingerprint import (
+from cachewatch_client.fingerprint import (
     Rendering,
     fingerprint,
     normalize,
     normalized_json,
     rendering_difference,
 )
-from service.fingerprint.parts import _request_parts
-from tests.fingerprint.helpers import (
+from cachewatch_client.fingerprint.parts import _request_parts
+from tests.client.fingerprint.helpers import (
     SYSTEM,
     TEXT,
     TOOLS_14,
@@ -261,7 +261,7 @@ def test_norm_hash_is_identical_across_processes_and_hash_seeds() -> None:
     The value is pinned: it is stored, so it must not change between releases."""
     code = """
 import json
-from service.fingerprint import fingerprint
+from cachewatch_client.fingerprint import fingerprint
 keys = {"alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"}
 props = {k: {"type": "string", "description": "the  " + k + "\\n"} for k in keys}
 tools = [{"type": "function", "function": {"name": "lookup",

@@ -1,10 +1,10 @@
-"""service.fingerprint.divergence: where two requests stop sharing a prefix."""
+"""cachewatch_client.fingerprint.divergence: where two requests stop sharing a prefix."""
 
 import copy
 
 from hypothesis import given, settings
 
-from service.fingerprint import (
+from cachewatch_client.fingerprint import (
     BYTES_PER_TOKEN,
     HintCode,
     Rendering,
@@ -12,7 +12,7 @@ from service.fingerprint import (
     fingerprint,
     serialize_request,
 )
-from tests.fingerprint.helpers import (
+from tests.client.fingerprint.helpers import (
     SYSTEM,
     TOOLS_14,
     Body,

@@ -1,4 +1,4 @@
-"""service.fingerprint.cli: `cachewatch diff A.json B.json`, standalone and mounted
+"""service.diff_cli: `cachewatch diff A.json B.json`, standalone and mounted
 in a parent Typer app."""
 
 import json
@@ -12,7 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from service.fingerprint import cli as fingerprint_cli
+from service import diff_cli as fingerprint_cli
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 TOOLS = [{"type": "function", "function": {"name": f"t{i}", "parameters": {}}} for i in range(3)]
@@ -48,7 +48,7 @@ def files(tmp_path: Path) -> dict[str, Path]:
 
 def run_module(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "service.fingerprint.cli", *map(str, args)],
+        [sys.executable, "-m", "service.diff_cli", *map(str, args)],
         cwd=ROOT,
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
         capture_output=True,

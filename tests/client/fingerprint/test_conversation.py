@@ -7,9 +7,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.fingerprint import fingerprint
-from service.fingerprint.blocks import MAX_BLOCKS
-from service.fingerprint.conversation import Conversation
+from cachewatch_client.fingerprint import fingerprint
+from cachewatch_client.fingerprint.blocks import MAX_BLOCKS
+from cachewatch_client.fingerprint.conversation import Conversation
 
 TEXT = st.text(alphabet="abc é\n{}", min_size=0, max_size=700)
 # Each message: a key for its content, so equal keys mean equal messages.

@@ -1,12 +1,12 @@
-"""service.fingerprint.hints: the anti-pattern a divergence looks like."""
+"""cachewatch_client.fingerprint.hints: the anti-pattern a divergence looks like."""
 
 import random
 
-from service.fingerprint import (
+from cachewatch_client.fingerprint import (
     HintCode,
     explain_divergence,
 )
-from tests.fingerprint.helpers import (
+from tests.client.fingerprint.helpers import (
     SYSTEM,
     TOOLS_14,
     Body,

@@ -1,4 +1,4 @@
-"""service.fingerprint.blocks: segments, token counts and chained block hashes."""
+"""cachewatch_client.fingerprint.blocks: segments, token counts and chained block hashes."""
 
 import copy
 import hashlib
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.fingerprint import (
+from cachewatch_client.fingerprint import (
     BYTES_PER_TOKEN,
     MAX_BLOCKS,
     MAX_SEGMENTS,
@@ -19,7 +19,7 @@ from service.fingerprint import (
     serialize_request,
 )
 from service.ingest.records import segment_row
-from tests.fingerprint.helpers import (
+from tests.client.fingerprint.helpers import (
     SYSTEM,
     Body,
     anthropic_request,

@@ -1,9 +1,9 @@
-"""service.fingerprint.parts: a request's parts, in the provider's rendering order."""
+"""cachewatch_client.fingerprint.parts: a request's parts, in the provider's rendering order."""
 
-from service.fingerprint import (
+from cachewatch_client.fingerprint import (
     fingerprint,
 )
-from tests.fingerprint.helpers import (
+from tests.client.fingerprint.helpers import (
     SYSTEM,
     anthropic_request,
     openai_request,

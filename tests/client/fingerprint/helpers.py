@@ -9,12 +9,12 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from service.fingerprint import (
+from cachewatch_client.fingerprint import (
     Divergence,
 )
 from service.ingest.records import UsageRecordIn
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 Body = dict[str, Any]
 
 # ----------------------------------------------------------------- request builders
