@@ -1,10 +1,11 @@
 """One request of the lab, sent and recorded the way docs/fingerprint.md tells
 users to: the `openai` SDK against the router, streamed so TTFT is the time to
 the first token, `usage` as returned (with `stream_options.include_usage`), the
-replica from the answer, and the fingerprint from `cachewatch_client.fingerprint` with the
-engine's own tokens (`/apply-template`, then `/tokenize`), so block hashes follow
-the tokens the engine prefills. Records go to cachewatch from a background queue
-in batches, as the docs advise for production.
+replica from the answer, recorded with the client users install
+(`cachewatch_client.record`, its fingerprint given the engine's own tokens:
+`/apply-template`, then `/tokenize`, so block hashes follow the tokens the engine
+prefills). The client's shipper posts them from its background thread in
+batches, as for any application.
 
 The engine's own view of each request (`timings.cache_n` and `prompt_n` of the
 last chunk) rides along in the record's `attributes`, with the lab's phase, so a
@@ -14,7 +15,6 @@ replay can compare cachewatch with the engine request by request.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +22,8 @@ from typing import Any
 import httpx
 from openai import AsyncOpenAI
 
-from cachewatch_client.fingerprint import fingerprint
+from cachewatch_client import Settings as ClientSettings
+from cachewatch_client import Shipper, record
 
 BLOCK_SIZE = 16  # llama.cpp reuses the cache token by token: small blocks, a close ceiling
 MODEL = "smollm2"
@@ -31,52 +32,41 @@ MODEL = "smollm2"
 @dataclass
 class Answer:
     text: str
-    record: dict[str, Any]
 
 
 @dataclass
 class Recorder:
-    """The records of the run: posted to cachewatch in batches, and all kept for the
-    fixture (`records`)."""
+    """The client's shipper for the run; every record it builds is also kept for
+    the fixture (`records`)."""
 
     cachewatch: str
     token: str
     records: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
-    _pending: list[dict[str, Any]] = field(default_factory=list)
+    shipper: Shipper = field(init=False)
 
-    def add(self, record: dict[str, Any]) -> None:
-        self.records.append(record)
-        self._pending.append(record)
-
-    async def flush(self, http: httpx.AsyncClient) -> None:
-        batch, self._pending = self._pending, []
-        if not batch:
-            return
-        answer = await self._post(http, "/v1/usage", batch)
-        if answer["rejected"]:
-            raise RuntimeError(f"cachewatch rejected lab records: {answer['errors'][:3]}")
+    def __post_init__(self) -> None:
+        settings = ClientSettings.resolve(url=self.cachewatch, token=self.token, service="lab")
+        self.shipper = Shipper(settings, on_record=self.records.append)
 
     async def post_event(self, http: httpx.AsyncClient, event: dict[str, Any]) -> None:
-        await self._post(http, "/v1/events", event)
-
-    async def _post(self, http: httpx.AsyncClient, path: str, payload: Any) -> Any:
         response = await http.post(
-            f"{self.cachewatch}{path}",
-            json=payload,
+            f"{self.cachewatch}/v1/events",
+            json=event,
             headers={"Authorization": f"Bearer {self.token}"},
             timeout=30,
         )
         response.raise_for_status()
-        return response.json()
 
-    async def run(self, http: httpx.AsyncClient, stop: asyncio.Event) -> None:
-        """Post what is pending every 2 s until `stop`, then once more."""
-        while not stop.is_set():
-            await self.flush(http)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=2)
-        await self.flush(http)
+    async def run(self, stop: asyncio.Event) -> None:
+        """Until `stop`, then until every record is answered; fail on any lost or
+        rejected record."""
+        await stop.wait()
+        if not await asyncio.to_thread(self.shipper.flush, 120):
+            raise RuntimeError("cachewatch did not take the lab's records within 2 minutes")
+        counts = self.shipper.stats()
+        if counts.rejected or counts.dropped or counts.errors:
+            raise RuntimeError(f"cachewatch_client lost or refused lab records: {counts}")
 
 
 class EngineTokens:
@@ -138,23 +128,26 @@ class Lab:
         done = time.time()
         if usage is None:
             raise RuntimeError("the engine sent no usage: stream_options.include_usage ignored")
-        record = {
-            "request_id": request_id,
-            "ts": started,
-            "service": service,
-            "model": body["model"],
-            "replica": replica,
-            "ttft_ms": round(((first_token or done) - started) * 1000, 1),
-            "latency_ms": round((done - started) * 1000, 1),
-            "usage": usage.model_dump(exclude_none=True),
-            **{k: v for k, v in labels.items() if k != "attributes"},
-            "attributes": {
+        record(
+            body,
+            usage,
+            started=started,
+            first_token=first_token or done,
+            finished=done,
+            service=service,
+            deploy=labels.get("deploy"),
+            session_id=labels.get("session_id"),
+            scenario=labels.get("scenario"),
+            request_id=request_id,
+            replica=replica,
+            prompt_ids=ids,
+            block_size=BLOCK_SIZE,
+            attributes={
                 **labels.get("attributes", {}),
                 "engine_cache_n": int(timings.get("cache_n", -1)),
                 "engine_prompt_n": int(timings.get("prompt_n", -1)),
                 "engine_prompt_ids": len(ids),
             },
-            **fingerprint(body, prompt_ids=ids, block_size=BLOCK_SIZE),
-        }
-        self.recorder.add(record)
-        return Answer("".join(text).strip(), record)
+            shipper=self.recorder.shipper,
+        )
+        return Answer("".join(text).strip())

@@ -148,7 +148,7 @@ async def _drive(lab: Lab, fleet: Fleet, settings: Settings) -> list[Window]:
     windows: list[Window] = []
     running: list[asyncio.Task[Any]] = []
     async with httpx.AsyncClient() as http:
-        poster = asyncio.create_task(lab.recorder.run(http, stop))
+        poster = asyncio.create_task(lab.recorder.run(stop))
         try:
             for phase in settings.phases:
                 if _needs_setup(fleet, phase) or not windows:
