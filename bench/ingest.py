@@ -66,7 +66,7 @@ def make_batches(
 ) -> list[bytes]:
     """NDJSON bodies. Hashes look like Mooncake's: shared prefixes, growing ids
     (a session of 8 records starts 64 ids after the one before), as ints or as the
-    16-digit hex strings `service/fingerprint/` emits. Not `recurring`: every hash
+    16-digit hex strings `cachewatch_client.fingerprint` emits. Not `recurring`: every hash
     is new (record i holds ids i * blocks ..), the worst case of a memo."""
     batches = []
     for start in range(0, records, batch_size):

@@ -1,10 +1,10 @@
 """Prefix fingerprints of chat requests, and why two requests stop sharing a prefix.
 
-This package uses the standard library only, and only relative imports, so that
-an application can copy this folder next to its own code, under a name of its own
-(or import `service.fingerprint` when cachewatch is installed), without pulling in
-the server's dependencies. `cli.py`, the `cachewatch diff` command, needs Typer: it
-is not imported here, leave it out of a copy.
+This package uses the standard library only. It is the one home of the
+fingerprint: the client (`cachewatch_client.instrument`, `record`) computes it in
+applications, and the service imports it from here (its distribution depends on
+the client's) to fingerprint bodies it receives (OTLP, transcripts).
+`cachewatch diff` is the service's `service/diff_cli.py`.
 
 `fingerprint(body)` turns an OpenAI or Anthropic chat request body into the usage
 record fields of contract section 1: `segments` (each with its `norm_hash`),
