@@ -33,7 +33,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -108,12 +108,8 @@ def cached_tokens(text: str, earlier: list[str]) -> int:
 
 
 def _common_prefix_len(a: str, b: str) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
+    differ = (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+    return next(differ, min(len(a), len(b)))
 
 
 def usage_for(api: Api, tokens: Tokens) -> Json:
@@ -361,9 +357,8 @@ class FakeProviders:
             status = self._failures.pop(0) if self._failures else None
             rid = f"{_ID_PREFIX[api]}{next(self._ids)}"
         if status is not None:
-            self._record(
-                Served(api, body, "", {}, bool(body.get("stream")), time.time(), headers, status)
-            )
+            failed = Served(api, body, "", {}, bool(body.get("stream")), 0.0, headers, status)
+            self._record(failed, time.time())
             retry = {"retry-after-ms": str(self.retry_after_ms)}
             return JSONResponse(error_body(api, status), status, headers=retry)
         usage = usage_for(api, self.tokens(api, body))
@@ -372,7 +367,7 @@ class FakeProviders:
             chunks = self._stream_chunks(api, rid, body, usage)
             return StreamingResponse(self._drip(chunks, record), media_type="text/event-stream")
         await asyncio.sleep(self.delay_first_byte_s)
-        self._record(record, first_byte=time.time())
+        self._record(record, time.time())
         return JSONResponse(self._payload(api, rid, body, usage))
 
     def _payload(self, api: Api, rid: str, body: Json, usage: Json) -> Json:
@@ -393,35 +388,36 @@ class FakeProviders:
 
     async def _drip(self, chunks: list[bytes], record: Served) -> AsyncIterator[bytes]:
         await asyncio.sleep(self.delay_first_byte_s)
-        self._record(record, first_byte=time.time())
+        self._record(record, time.time())
         for n, chunk in enumerate(chunks):
             if n and self.chunk_gap_s:
                 await asyncio.sleep(self.chunk_gap_s)
             yield chunk
 
-    def _record(self, record: Served, first_byte: float | None = None) -> None:
-        if first_byte is not None:
-            record = replace(record, first_byte=first_byte)
+    def _record(self, record: Served, first_byte: float) -> None:
         with self._lock:
-            self._served.append(record)
+            self._served.append(replace(record, first_byte=first_byte))
+
+
+_PATHS: dict[Api, str] = {
+    "chat": "/v1/chat/completions",
+    "responses": "/v1/responses",
+    "messages": "/v1/messages",
+}
 
 
 def build_app(fake: FakeProviders) -> FastAPI:
     app = FastAPI()
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> Response:
-        return await fake.answer("chat", request)
-
-    @app.post("/v1/responses")
-    async def responses(request: Request) -> Response:
-        return await fake.answer("responses", request)
-
-    @app.post("/v1/messages")
-    async def messages(request: Request) -> Response:
-        return await fake.answer("messages", request)
-
+    for api, path in _PATHS.items():
+        app.add_api_route(path, _route(fake, api), methods=["POST"])
     return app
+
+
+def _route(fake: FakeProviders, api: Api) -> Callable[[Request], Awaitable[Response]]:
+    async def route(request: Request) -> Response:
+        return await fake.answer(api, request)
+
+    return route
 
 
 @contextmanager

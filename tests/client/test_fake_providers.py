@@ -1,6 +1,7 @@
 """The fake providers against the real `openai` and `anthropic` SDKs."""
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -21,16 +22,20 @@ MESSAGES: list[Any] = [
 ANTHROPIC_MESSAGES: list[Any] = [{"role": "user", "content": "hello"}]
 
 
-def oai(fake: FakeProviders, **kwargs: Any) -> openai.OpenAI:
-    return openai.OpenAI(base_url=fake.openai_base_url, api_key="sk-test", **kwargs)
+@pytest.fixture
+def oai(providers: FakeProviders) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=providers.openai_base_url, api_key="sk-test") as client:
+        yield client
 
 
 def aoai(fake: FakeProviders) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=fake.openai_base_url, api_key="sk-test")
 
 
-def ant(fake: FakeProviders, **kwargs: Any) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=fake.anthropic_base_url, api_key="sk-ant", **kwargs)
+@pytest.fixture
+def ant(providers: FakeProviders) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=providers.anthropic_base_url, api_key="sk-ant") as client:
+        yield client
 
 
 def aant(fake: FakeProviders) -> anthropic.AsyncAnthropic:
@@ -49,10 +54,10 @@ def prompt_tokens(body: dict[str, Any]) -> int:
 # --- OpenAI Chat Completions ------------------------------------------------------------
 
 
-def test_chat_completion(providers: FakeProviders) -> None:
-    completion = oai(providers).chat.completions.create(model=MODEL, messages=MESSAGES)
+def test_chat_completion(providers: FakeProviders, oai: openai.OpenAI) -> None:
+    completion = oai.chat.completions.create(model=MODEL, messages=MESSAGES)
     served = only(providers)
-    assert completion.id == served.response_id == "chatcmpl-" + completion.id.split("-")[1]
+    assert completion.id == served.response_id and completion.id.startswith("chatcmpl-")
     assert completion.model == MODEL
     assert completion.choices[0].message.content == DEFAULT_REPLY
     assert completion.usage is not None
@@ -65,8 +70,8 @@ def test_chat_completion(providers: FakeProviders) -> None:
     assert served.body["messages"] == MESSAGES
 
 
-def test_chat_stream_with_usage(providers: FakeProviders) -> None:
-    stream = oai(providers).chat.completions.create(
+def test_chat_stream_with_usage(providers: FakeProviders, oai: openai.OpenAI) -> None:
+    stream = oai.chat.completions.create(
         model=MODEL, messages=MESSAGES, stream=True, stream_options={"include_usage": True}
     )
     chunks = list(stream)
@@ -80,10 +85,8 @@ def test_chat_stream_with_usage(providers: FakeProviders) -> None:
     assert only(providers).stream
 
 
-def test_chat_stream_without_usage(providers: FakeProviders) -> None:
-    chunks = list(
-        oai(providers).chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
-    )
+def test_chat_stream_without_usage(providers: FakeProviders, oai: openai.OpenAI) -> None:
+    chunks = list(oai.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True))
     assert all(c.usage is None and c.choices for c in chunks)
 
 
@@ -101,15 +104,15 @@ async def chat_twice(client: openai.AsyncOpenAI) -> None:
     )
     chunks = [chunk async for chunk in stream]
     assert chunks[-1].usage is not None
-    assert chunks[-1].usage.prompt_tokens_details is not None
-    assert chunks[-1].usage.prompt_tokens_details.cached_tokens > 0  # same prompt again
+    details = chunks[-1].usage.prompt_tokens_details
+    assert details is not None and (details.cached_tokens or 0) > 0  # same prompt again
 
 
 # --- OpenAI Responses -------------------------------------------------------------------
 
 
-def test_responses(providers: FakeProviders) -> None:
-    response = oai(providers).responses.create(model=MODEL, instructions=LONG, input="hello")
+def test_responses(providers: FakeProviders, oai: openai.OpenAI) -> None:
+    response = oai.responses.create(model=MODEL, instructions=LONG, input="hello")
     served = only(providers)
     assert response.id == served.response_id and response.id.startswith("resp_")
     assert response.status == "completed" and response.output_text == DEFAULT_REPLY
@@ -119,9 +122,8 @@ def test_responses(providers: FakeProviders) -> None:
     assert response.usage.input_tokens_details.cached_tokens == 0
 
 
-def test_responses_stream(providers: FakeProviders) -> None:
-    client = oai(providers)
-    events = list(client.responses.create(model=MODEL, input="hello", stream=True))
+def test_responses_stream(providers: FakeProviders, oai: openai.OpenAI) -> None:
+    events = list(oai.responses.create(model=MODEL, input="hello", stream=True))
     types = [event.type for event in events]
     assert types[0] == "response.created" and types[-1] == "response.completed"
     assert [event.sequence_number for event in events] == list(range(len(events)))
@@ -130,7 +132,7 @@ def test_responses_stream(providers: FakeProviders) -> None:
     completed = events[-1]
     assert completed.type == "response.completed" and completed.response.usage is not None
     assert completed.response.usage.model_dump(exclude_none=True) == providers.served[0].usage
-    with client.responses.stream(model=MODEL, input="hello") as helper:
+    with oai.responses.stream(model=MODEL, input="hello") as helper:
         final = helper.get_final_response()
     assert final.output_text == DEFAULT_REPLY and final.usage is not None
 
@@ -152,8 +154,8 @@ async def responses_twice(client: openai.AsyncOpenAI) -> None:
 # --- Anthropic Messages -----------------------------------------------------------------
 
 
-def test_messages(providers: FakeProviders) -> None:
-    message = ant(providers).messages.create(
+def test_messages(providers: FakeProviders, ant: anthropic.Anthropic) -> None:
+    message = ant.messages.create(
         model=MODEL, max_tokens=64, system=LONG, messages=ANTHROPIC_MESSAGES
     )
     served = only(providers)
@@ -169,8 +171,8 @@ def test_messages(providers: FakeProviders) -> None:
     assert "anthropic-version" in served.headers
 
 
-def test_messages_raw_stream(providers: FakeProviders) -> None:
-    stream = ant(providers).messages.create(
+def test_messages_raw_stream(providers: FakeProviders, ant: anthropic.Anthropic) -> None:
+    stream = ant.messages.create(
         model=MODEL, max_tokens=64, messages=ANTHROPIC_MESSAGES, stream=True
     )
     events = list(stream)
@@ -183,8 +185,8 @@ def test_messages_raw_stream(providers: FakeProviders) -> None:
     assert delta.usage.output_tokens == only(providers).usage["output_tokens"]
 
 
-def test_messages_stream_helper(providers: FakeProviders) -> None:
-    with ant(providers).messages.stream(
+def test_messages_stream_helper(providers: FakeProviders, ant: anthropic.Anthropic) -> None:
+    with ant.messages.stream(
         model=MODEL, max_tokens=64, system=LONG, messages=ANTHROPIC_MESSAGES
     ) as stream:
         assert "".join(stream.text_stream) == DEFAULT_REPLY
@@ -216,12 +218,11 @@ async def messages_thrice(client: anthropic.AsyncAnthropic) -> None:
 # --- The cached-token rule --------------------------------------------------------------
 
 
-def test_openai_cached_tokens_share_a_prefix(providers: FakeProviders) -> None:
-    client = oai(providers)
-    first = client.chat.completions.create(model=MODEL, messages=MESSAGES)
+def test_openai_cached_tokens_share_a_prefix(providers: FakeProviders, oai: openai.OpenAI) -> None:
+    first = oai.chat.completions.create(model=MODEL, messages=MESSAGES)
     longer = [*MESSAGES, {"role": "assistant", "content": "hi"}, {"role": "user", "content": "?"}]
-    second = client.chat.completions.create(model=MODEL, messages=longer)
-    other_model = client.chat.completions.create(model="other", messages=longer)
+    second = oai.chat.completions.create(model=MODEL, messages=longer)
+    other_model = oai.chat.completions.create(model="other", messages=longer)
     assert first.usage and second.usage and other_model.usage
     common = len(prompt_text({"messages": MESSAGES})) - 2  # up to the closing `]]`
     expected = common // 4 // 16 * 16
@@ -232,15 +233,14 @@ def test_openai_cached_tokens_share_a_prefix(providers: FakeProviders) -> None:
     assert other_model.usage.prompt_tokens_details.cached_tokens == 0
 
 
-def test_anthropic_cache_read_and_write(providers: FakeProviders) -> None:
-    client = ant(providers)
+def test_anthropic_cache_read_and_write(providers: FakeProviders, ant: anthropic.Anthropic) -> None:
     system: Any = [{"type": "text", "text": LONG, "cache_control": {"type": "ephemeral"}}]
-    first = client.messages.create(
+    first = ant.messages.create(
         model=MODEL, max_tokens=64, system=system, messages=ANTHROPIC_MESSAGES
     )
     more = [*ANTHROPIC_MESSAGES, {"role": "assistant", "content": "hi"}]
-    second = client.messages.create(model=MODEL, max_tokens=64, system=system, messages=more)
-    third = client.messages.create(model=MODEL, max_tokens=64, system=LONG, messages=more)
+    second = ant.messages.create(model=MODEL, max_tokens=64, system=system, messages=more)
+    third = ant.messages.create(model=MODEL, max_tokens=64, system=LONG, messages=more)
     prompt_1 = prompt_tokens({"system": system, "messages": ANTHROPIC_MESSAGES})
     assert (first.usage.input_tokens, first.usage.cache_read_input_tokens) == (0, 0)
     assert first.usage.cache_creation_input_tokens == prompt_1
@@ -257,11 +257,13 @@ def test_anthropic_cache_read_and_write(providers: FakeProviders) -> None:
 # --- Controls ---------------------------------------------------------------------------
 
 
-def test_delay_first_byte(providers: FakeProviders) -> None:
+def test_delay_first_byte(
+    providers: FakeProviders, oai: openai.OpenAI, ant: anthropic.Anthropic
+) -> None:
     providers.delay_first_byte_s = 0.3
     providers.chunk_gap_s = 0.02
     sent = time.time()
-    stream = oai(providers).chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+    stream = oai.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
     first_chunk = next(iter(stream))
     got_first = time.time()
     rest = list(stream)
@@ -272,20 +274,22 @@ def test_delay_first_byte(providers: FakeProviders) -> None:
     assert got_first - sent >= 0.3
     assert done - got_first >= 0.02 * len(rest)
     start = time.time()
-    ant(providers).messages.create(model=MODEL, max_tokens=8, messages=ANTHROPIC_MESSAGES)
+    ant.messages.create(model=MODEL, max_tokens=8, messages=ANTHROPIC_MESSAGES)
     assert time.time() - start >= 0.3 and providers.served[1].first_byte - start >= 0.3
 
 
-def test_fail_next_with_sdk_retries(providers: FakeProviders) -> None:
+def test_fail_next_with_sdk_retries(
+    providers: FakeProviders, oai: openai.OpenAI, ant: anthropic.Anthropic
+) -> None:
     providers.fail_next(429, 2)
-    completion = oai(providers, max_retries=2).chat.completions.create(
+    completion = oai.with_options(max_retries=2).chat.completions.create(
         model=MODEL, messages=MESSAGES
     )
     assert completion.choices[0].message.content == DEFAULT_REPLY
     assert [s.status for s in providers.served] == [429, 429, 200]
     providers.fail_next(529, 3)
     with pytest.raises(anthropic.InternalServerError) as raised:
-        ant(providers, max_retries=2).messages.create(
+        ant.with_options(max_retries=2).messages.create(
             model=MODEL, max_tokens=8, messages=ANTHROPIC_MESSAGES
         )
     assert raised.value.status_code == 529
@@ -293,15 +297,14 @@ def test_fail_next_with_sdk_retries(providers: FakeProviders) -> None:
     assert raised.value.body["error"]["type"] == "overloaded_error"
     providers.fail_next(500)
     with pytest.raises(openai.InternalServerError):
-        oai(providers, max_retries=0).responses.create(model=MODEL, input="hi")
+        oai.with_options(max_retries=0).responses.create(model=MODEL, input="hi")
     assert [s.status for s in providers.served][3:] == [529, 529, 529, 500]
 
 
-def test_reset_forgets_prompts(providers: FakeProviders) -> None:
-    client = oai(providers)
-    client.chat.completions.create(model=MODEL, messages=MESSAGES)
+def test_reset_forgets_prompts(providers: FakeProviders, oai: openai.OpenAI) -> None:
+    oai.chat.completions.create(model=MODEL, messages=MESSAGES)
     providers.reset()
-    again = client.chat.completions.create(model=MODEL, messages=MESSAGES)
+    again = oai.chat.completions.create(model=MODEL, messages=MESSAGES)
     assert again.usage and again.usage.prompt_tokens_details
     assert again.usage.prompt_tokens_details.cached_tokens == 0
     assert len(providers.served) == 1

@@ -76,7 +76,7 @@ def to_record(call: Call) -> dict[str, Any] | None:
         "ts": round(call.started, 6),
         "service": call.service,
         "model": model,
-        "usage": dict(reply.usage),
+        reply.usage_key: dict(reply.usage),
         **_timings(call),
         **_labels(call, request),
         **fingerprint(request, block_size=call.block_size, prompt_ids=call.prompt_ids),

@@ -74,7 +74,9 @@ class Settings:
 
     @property
     def usage_url(self) -> str | None:
-        return None if self.url is None else f"{self.url.rstrip('/')}/v1/usage"
+        """Where records are posted; None without a URL (an empty one included)."""
+        url = (self.url or "").strip()
+        return f"{url.rstrip('/')}/v1/usage" if url else None
 
 
 def _given(value: str | None, name: str) -> str | None:
@@ -84,6 +86,11 @@ def _given(value: str | None, name: str) -> str | None:
 
 
 def _program_name() -> str:
-    """The service name when none is given: the running program's name."""
-    name = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else ""
+    """The service name when none is given: the running program's name; for
+    `python -m package`, the package's (its `__main__.py`'s folder); for `python -c`,
+    `python -` or an interactive session, "python"."""
+    path = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if path is None or path.name.startswith("-"):
+        return "python"
+    name = path.parent.name if path.stem == "__main__" else path.stem
     return name[:100] or "python"

@@ -51,9 +51,8 @@ def instrument(
         shipper,
         service=service or shipper.settings.service,
         block_size=block_size or shipper.settings.block_size,
-        labels=Labels(
-            session_id, tenant, scenario, deploy or shipper.settings.deploy, dict(attributes or {})
-        ),
+        labels=Labels(session_id, tenant, scenario, deploy, dict(attributes or {})),
+        defaults=_defaults(shipper),
     )
     _wrap(http, tap)
     return client
@@ -89,11 +88,11 @@ def record(
     except TypeError:
         shipper.count(errors=1)
         return False
-    labels = Labels(session_id, tenant, scenario, deploy or shipper.settings.deploy)
+    labels = Labels(session_id, tenant, scenario, deploy)
     call = Call(
         request=request,
         started=started,
-        labels=labels.over(current()),
+        labels=labels.over(current()).over(_defaults(shipper)),
         service=service or shipper.settings.service,
         block_size=block_size or shipper.settings.block_size,
         reply=reply,
@@ -105,6 +104,12 @@ def record(
         attributes=dict(attributes or {}),
     )
     return shipper.submit(call)
+
+
+def _defaults(shipper: Shipper) -> Labels:
+    """The labels of the settings (`CACHEWATCH_DEPLOY`): defaults, so an argument and
+    then a `session()` block win over them."""
+    return Labels(deploy=shipper.settings.deploy)
 
 
 def _shipper(

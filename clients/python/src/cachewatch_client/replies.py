@@ -15,12 +15,14 @@ Three APIs, each answered whole (one JSON body) or streamed (server-sent events)
 
 `SseUsage` is fed the decoded body of a streamed answer chunk by chunk, on the
 application's thread: it only splits events and keeps the few whose data mention
-`"usage"` (a handful a stream). JSON is parsed later, on the shipper's thread.
+a `"usage"` that is not null (a handful a stream). JSON is parsed later, on the
+shipper's thread.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,6 +38,17 @@ API_PATHS: Final = {
 #: requests ask only for these (module `transport`).
 ENCODINGS: Final = "gzip, deflate"
 _USAGE = b'"usage"'
+_NO_USAGE = re.compile(rb'"usage"\s*:\s*null')
+#: Where an answer carries its usage object, looked at in this order: Gemini's is
+#: `usageMetadata` (REST) or `usage_metadata` (its SDK's objects). A record carries
+#: it under the same key (contract section 1), where cachewatch reads its shape.
+USAGE_KEYS: Final = ("usage", "usageMetadata", "usage_metadata")
+#: Keys of an answer that no usage object has: a dict with one of them and no
+#: usage is an answer without usage (skipped), not a bare usage object.
+_ANSWER_KEYS: Final = frozenset(
+    {"id", "model", "object", "type", "choices", "content", "output", "candidates"}
+    | {"responseId", "response_id", "modelVersion", "model_version"}
+)
 
 
 @dataclass(frozen=True)
@@ -43,6 +56,8 @@ class Reply:
     response_id: str | None
     model: str | None
     usage: Mapping[str, Any] | None
+    #: The key the answer had `usage` under (`USAGE_KEYS`).
+    usage_key: str = "usage"
 
 
 def api_of(method: str, path: str) -> str | None:
@@ -78,25 +93,40 @@ def reply_of_events(api: str, events: list[bytes]) -> Reply:
 
 def reply_of_object(response: Any) -> Reply:
     """What the user's own call returned: an SDK response object, its dict, or the
-    bare `usage` object."""
+    bare `usage` object. An answer without usage (an engine that sends none) has
+    none: it is skipped, never read as a usage object."""
     if hasattr(response, "model_dump"):
         response = response.model_dump(mode="json", exclude_none=True)
     if not isinstance(response, Mapping):
         raise TypeError(f"a response must be a dict or an SDK object, not {type(response)}")
-    if "usage" in response or "usageMetadata" in response:
+    if any(key in response for key in USAGE_KEYS) or not _ANSWER_KEYS.isdisjoint(response):
         return _reply(response)
-    return Reply(None, None, dict(response))
+    return Reply(None, None, dict(response), _bare_usage_key(response))
 
 
 def _reply(answer: Any) -> Reply:
     if not isinstance(answer, Mapping):
         return Reply(None, None, None)
-    usage = answer.get("usage") or answer.get("usageMetadata")
-    return Reply(
-        _text(answer.get("id")),
-        _text(answer.get("model")),
-        usage if isinstance(usage, Mapping) else None,
-    )
+    response_id = _first_text(answer, "id", "responseId", "response_id")
+    model = _first_text(answer, "model", "modelVersion", "model_version")
+    for key in USAGE_KEYS:
+        usage = answer.get(key)
+        if isinstance(usage, Mapping):
+            return Reply(response_id, model, usage, key)
+    return Reply(response_id, model, None)
+
+
+def _bare_usage_key(usage: Mapping[str, Any]) -> str:
+    """Where a record carries this bare usage object: Gemini's under its own key."""
+    if "promptTokenCount" in usage:
+        return "usageMetadata"
+    if "prompt_token_count" in usage:
+        return "usage_metadata"
+    return "usage"
+
+
+def _first_text(answer: Mapping[str, Any], *keys: str) -> str | None:
+    return next((v for v in map(_text, map(answer.get, keys)) if v is not None), None)
 
 
 def _merge(api: str, reply: Reply, event: Mapping[str, Any]) -> Reply:
@@ -112,14 +142,19 @@ def _merge(api: str, reply: Reply, event: Mapping[str, Any]) -> Reply:
         usage = event.get("usage")
         if kind == "message_delta" and isinstance(usage, Mapping):
             merged = {**(reply.usage or {}), **{k: v for k, v in usage.items() if v is not None}}
-            return Reply(reply.response_id, reply.model, merged)
+            return Reply(reply.response_id, reply.model, merged, reply.usage_key)
         return reply
     found = _reply(event)  # a chat completion chunk
     return found if found.usage is not None else _with_ids(reply, found)
 
 
 def _with_ids(reply: Reply, found: Reply) -> Reply:
-    return Reply(reply.response_id or found.response_id, reply.model or found.model, reply.usage)
+    return Reply(
+        reply.response_id or found.response_id,
+        reply.model or found.model,
+        reply.usage,
+        reply.usage_key,
+    )
 
 
 def _text(value: Any) -> str | None:
@@ -140,11 +175,11 @@ class SseUsage:
             text = text.replace(b"\r\n", b"\n")
         *complete, self._pending = text.split(b"\n\n")
         for event in complete:
-            if _USAGE in event:
+            if _carries_usage(event):
                 self._keep(event)
 
     def close(self) -> None:
-        if _USAGE in self._pending:
+        if _carries_usage(self._pending):
             self._keep(self._pending)
         self._pending = b""
 
@@ -152,6 +187,14 @@ class SseUsage:
         data = [line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:")]
         if data:
             self.events.append(b"\n".join(data))
+
+
+def _carries_usage(event: bytes) -> bool:
+    """Whether an event mentions a `"usage"` that is not null: with `include_usage`
+    every Chat Completions chunk says `"usage": null`, and only the last one counts."""
+    if _USAGE not in event:
+        return False
+    return event.count(_USAGE) > len(_NO_USAGE.findall(event))
 
 
 class Decoder:

@@ -21,7 +21,7 @@ The delivery protocol
 4. `flush()` waits until everything queued before it has been answered;
    `close()` (also run at interpreter exit, bounded by `exit_timeout_s`) flushes
    and stops the thread; what is still unsent when that time is up is counted
-   `dropped`.
+   `dropped`, and so is any call submitted after it.
 
 Counts (`stats()`): `queued` calls taken, `sent` records the service accepted,
 `duplicates` and `rejected` as it answered (rejected ones it keeps, with their
@@ -42,6 +42,7 @@ import queue
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -54,7 +55,14 @@ from .config import Settings
 
 log = logging.getLogger("cachewatch_client")
 
-RETRIED = frozenset({408, 425, 429, 500, 502, 503, 504})
+#: Answers posted again besides any 5xx (module docstring, step 3).
+RETRIED = frozenset({408, 425, 429})
+
+
+def retried(status: int) -> bool:
+    """Whether a batch answered `status` is posted again: it may be answered
+    otherwise later (busy, rate limited, a proxy's or the server's 5xx)."""
+    return status in RETRIED or status >= 500
 
 
 @dataclass
@@ -82,6 +90,8 @@ _STOP = object()
 class Shipper:
     """Sends calls' records to one cachewatch (module docstring)."""
 
+    _queue: queue.Queue[Any]
+
     def __init__(
         self,
         settings: Settings,
@@ -96,7 +106,13 @@ class Shipper:
         self._lock = threading.Lock()
         self._warned: set[str] = set()
         self._closing = threading.Event()
+        #: Calls queued and not yet settled (sent, counted, dropped): what `close`
+        #: counts as dropped when its time is up; then `_abandoned`, and the
+        #: thread counts nothing more.
+        self._pending = 0
+        self._abandoned = False
         self._start_thread()
+        _shippers_alive.add(self)
         atexit.register(self.close, settings.exit_timeout_s)
 
     # -- the application's side -------------------------------------------------
@@ -114,19 +130,27 @@ class Shipper:
             self._warn_once("url", "no CACHEWATCH_URL: calls are counted, not sent")
             self.count(dropped=1)
             return False
+        if self._closing.is_set():  # closed: no thread will take it
+            self.count(dropped=1)
+            return False
         if self._pid != os.getpid():
-            self._start_thread()
+            with self._lock:
+                if self._pid != os.getpid():
+                    self._start_thread()
         size = call.size()
         with self._lock:
             if self._held + size > self.settings.max_queue_bytes:
                 self._stats.dropped += 1
                 return False
             self._held += size
+            self._pending += 1
         try:
             self._queue.put_nowait((call, size))
         except queue.Full:
-            self._release(size)
-            self.count(dropped=1)
+            with self._lock:
+                self._held -= size
+                self._pending -= 1
+                self._stats.dropped += 1
             return False
         self.count(queued=1)
         return True
@@ -135,22 +159,37 @@ class Shipper:
         """Wait until every call queued so far has been answered; False on timeout."""
         if self.settings.usage_url is None or not self._thread.is_alive():
             return self._queue.empty()
+        deadline = _deadline(timeout)
         marker = _Flush()
         try:
             self._queue.put(marker, timeout=timeout)
         except queue.Full:
             return False
-        return marker.done.wait(timeout)
+        return marker.done.wait(_left(deadline))
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, bounded by `timeout`, then stop the thread (module docstring)."""
         if self._closing.is_set():
             return
-        self.flush(timeout)
-        self._closing.set()
-        with contextlib.suppress(queue.Full):
-            self._queue.put_nowait(_STOP)
-        self._thread.join(1.0)
+        deadline = _deadline(timeout)
+        running = self._pid == os.getpid() and self._thread.is_alive()
+        if running:
+            self.flush(timeout)
+        self._closing.set()  # the thread's retries end: a batch that fails is dropped
+        if running:
+            with contextlib.suppress(queue.Full):
+                self._queue.put(_STOP, timeout=_left(deadline))
+            self._thread.join(_left(deadline))
+        with self._lock:  # the time is up: what is still unsent is dropped
+            self._abandoned = True
+            self._stats.dropped += self._pending
+            self._pending = 0
+        with contextlib.suppress(queue.Empty):
+            while True:  # the queue's calls free, and a stop where the thread will see it
+                _answer_flushes(self._queue.get_nowait())
+        if self._thread.is_alive():
+            with contextlib.suppress(queue.Full):
+                self._queue.put_nowait(_STOP)
 
     def stats(self) -> ShipperStats:
         with self._lock:
@@ -161,12 +200,30 @@ class Shipper:
             for name, n in counts.items():
                 setattr(self._stats, name, getattr(self._stats, name) + n)
 
+    def _settle(self, calls: int, **counts: int) -> None:
+        """Count the outcome of `calls` queued calls, unless `close` already counted
+        them as dropped."""
+        with self._lock:
+            if self._abandoned:
+                return
+            self._pending -= calls
+            for name, n in counts.items():
+                setattr(self._stats, name, getattr(self._stats, name) + n)
+
+    def _after_fork(self) -> None:
+        """In a forked child: the parent's threads are gone, and a lock one of them
+        held stays held. Fresh locks and queue; `submit` starts the thread."""
+        self._lock = threading.Lock()
+        self._queue = queue.Queue(self.settings.max_queue)
+        self._held = 0
+        self._pending = 0
+
     # -- the thread -------------------------------------------------------------
 
     def _start_thread(self) -> None:
         self._pid = os.getpid()
         self._held = 0
-        self._queue: queue.Queue[Any] = queue.Queue(self.settings.max_queue)
+        self._queue = queue.Queue(self.settings.max_queue)
         self._thread = threading.Thread(target=self._run, name="cachewatch-shipper", daemon=True)
         self._thread.start()
 
@@ -177,10 +234,16 @@ class Shipper:
         with httpx.Client(
             timeout=self.settings.timeout_s, headers=headers, transport=self._transport
         ) as http:
-            self._loop(http)
+            while True:
+                try:
+                    self._loop(http)
+                    return
+                except Exception as error:  # the thread must outlive any fault
+                    self._warn_once("thread", f"the shipper's thread recovered: {error!r}")
+                    self.count(errors=1)
 
     def _loop(self, http: httpx.Client) -> None:
-        batch: list[dict[str, Any]] = []
+        batch: list[str] = []  # the records, as their NDJSON lines
         due = float("inf")
         while True:
             wait = None if not batch else max(0.0, due - time.monotonic())
@@ -188,6 +251,9 @@ class Shipper:
                 item = self._queue.get(timeout=wait)
             except queue.Empty:
                 item = None
+            if self._abandoned:
+                _answer_flushes(item)
+                return
             if item is _STOP:
                 self._post(http, batch)
                 return
@@ -204,64 +270,83 @@ class Shipper:
                 self._post(http, batch)
                 batch = []
 
-    def _add(self, batch: list[dict[str, Any]], call: Call, size: int) -> None:
+    def _add(self, batch: list[str], call: Call, size: int) -> None:
         self._release(size)
         try:
             record = to_record(call)
+            if record is None:
+                self._settle(1, skipped=1)
+                return
+            # A record JSON cannot carry (a NaN, an object in its attributes) costs
+            # that record, not its batch, which the service would refuse whole.
+            line = json.dumps(record, separators=(",", ":"), allow_nan=False)
         except Exception as error:
             self._warn_once(type(error).__name__, f"a call could not be recorded: {error!r}")
-            self.count(errors=1)
-            return
-        if record is None:
-            self.count(skipped=1)
+            self._settle(1, errors=1)
             return
         if self._on_record is not None:
-            self._on_record(record)
-        batch.append(record)
+            try:
+                self._on_record(record)
+            except Exception as error:
+                self._warn_once("on_record", f"on_record raised: {error!r}")
+                self.count(errors=1)
+        batch.append(line)
 
     def _release(self, size: int) -> None:
         with self._lock:
             self._held -= size
 
-    def _post(self, http: httpx.Client, batch: list[dict[str, Any]]) -> None:
+    def _post(self, http: httpx.Client, batch: list[str]) -> None:
         if not batch:
             return
-        body = gzip.compress(
-            "\n".join(json.dumps(r, separators=(",", ":")) for r in batch).encode(), 5
-        )
+        body = gzip.compress("\n".join(batch).encode(), 5)
         headers = {"Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"}
         for attempt in itertools.count():
+            if self._abandoned:  # closed, and counted as dropped
+                return
             answer = self._attempt(http, body, headers)
-            if isinstance(answer, httpx.Response) and answer.status_code not in RETRIED:
+            if isinstance(answer, Exception):  # no retry will post it
+                self._settle(len(batch), dropped=len(batch))
+                return
+            if isinstance(answer, httpx.Response) and not retried(answer.status_code):
                 self._answered(answer, len(batch))
                 return
             if self._closing.is_set():
-                self.count(dropped=len(batch))
+                self._settle(len(batch), dropped=len(batch))
                 return
             self.count(retries=1)
             self._closing.wait(self._backoff(attempt, answer))
 
     def _attempt(
         self, http: httpx.Client, body: bytes, headers: dict[str, str]
-    ) -> httpx.Response | None:
+    ) -> httpx.Response | Exception | None:
+        """The answer; None when there was none (retried); the error when the post
+        cannot be made at all (an invalid URL: dropped)."""
         assert self.settings.usage_url is not None
         try:
             return http.post(self.settings.usage_url, content=body, headers=headers)
         except httpx.HTTPError as error:
             self._warn_once("connect", f"cachewatch unreachable, retrying: {error!r}")
             return None
+        except Exception as error:
+            self._warn_once("post", f"a batch cannot be posted, dropped: {error!r}")
+            return error
 
     def _answered(self, answer: httpx.Response, records: int) -> None:
         if answer.status_code != 200:
             self._warn_once(f"http{answer.status_code}", f"cachewatch refused a batch: {answer}")
-            self.count(dropped=records)
+            self._settle(records, dropped=records)
             return
-        counts = answer.json()
-        self.count(
-            sent=int(counts.get("accepted", 0)),
-            duplicates=int(counts.get("duplicates", 0)),
-            rejected=int(counts.get("rejected", 0)),
-        )
+        try:
+            counts = answer.json()
+            sent, duplicates, rejected = (
+                int(counts.get(name, 0)) for name in ("accepted", "duplicates", "rejected")
+            )
+        except (ValueError, TypeError, AttributeError) as error:  # not cachewatch's answer
+            self._warn_once("answer", f"cachewatch's answer is unreadable: {error!r}")
+            self._settle(records, errors=1)
+            return
+        self._settle(records, sent=sent, duplicates=duplicates, rejected=rejected)
 
     def _backoff(self, attempt: int, answer: httpx.Response | None) -> float:
         ceiling = min(self.settings.retry_max_s, self.settings.retry_base_s * 2 ** min(attempt, 30))
@@ -274,6 +359,33 @@ class Shipper:
         if key not in self._warned:
             self._warned.add(key)
             log.warning("cachewatch_client: %s", message)
+
+
+def _answer_flushes(item: Any) -> None:
+    """A flush waiting on `item`, a queued item `close` gave up on, returns."""
+    if isinstance(item, _Flush):
+        item.done.set()
+
+
+def _deadline(timeout: float | None) -> float | None:
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+#: Every shipper of the process, for `_after_fork_in_child`.
+_shippers_alive: weakref.WeakSet[Shipper] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for shipper in list(_shippers_alive):
+        shipper._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _retry_after(answer: httpx.Response | None) -> float | None:

@@ -38,12 +38,14 @@ from .shipper import Shipper
 
 @dataclass
 class Tap:
-    """What an instrumented client records with: where to, and its own labels."""
+    """What an instrumented client records with: where to, its own labels (over
+    those of the `session()` block in force) and the settings' (under them)."""
 
     shipper: Shipper
     service: str
     block_size: int
     labels: Labels = field(default_factory=Labels)
+    defaults: Labels = field(default_factory=Labels)
 
     def start(self, request: Any) -> _Watch | None:
         """A watch over `request` when it calls a recorded API, else None."""
@@ -56,7 +58,7 @@ class Tap:
             call = Call(
                 request=request.content,
                 started=time.time(),
-                labels=self.labels.over(current()),
+                labels=self.labels.over(current()).over(self.defaults),
                 service=self.service,
                 block_size=self.block_size,
                 api=api,
