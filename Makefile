@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PG_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 APT_PACKAGES := syslog-ng-core syslog-ng-mod-http docker-compose chromium clickhouse-server
 
-.PHONY: install system-deps postgres lint test test-sqlite test-postgres demo bench lab lab-install clean
+.PHONY: install system-deps postgres lint test test-sqlite test-postgres demo bench bench-client lab lab-install clean
 
 # The client (clients/python, its own distribution) first: the service depends on it.
 $(VENV)/.installed: pyproject.toml clients/python/pyproject.toml
@@ -81,6 +81,11 @@ bench: install
 	$(PY) bench/ingest.py
 	$(PY) bench/analytics.py
 	$(PY) bench/detection.py
+
+# The client's cost to an application's calls, cachewatch healthy or failing
+# (bench/client.py; `--quick` for a short run).
+bench-client: install
+	$(PY) bench/client.py
 
 clean:
 	rm -rf $(VENV) *.egg-info cachewatch.db cachewatch.db-wal cachewatch.db-shm

@@ -108,6 +108,12 @@ class _Watch:
         except Exception:
             self._decoder.failed = True
 
+    def whole(self, content: bytes) -> None:
+        """An answer whose bytes were all read, and decoded, before the tap saw it."""
+        self._decoder = Decoder("")
+        self.chunk(content)
+        self.close()
+
     def close(self) -> None:
         if self._done:
             return
@@ -182,7 +188,7 @@ class _TapTransport:
         watch = self.tap.start(request)
         response = self.inner.handle_request(request)
         if watch is not None and self.tap.answered(watch, response):
-            response.stream = self.stream_class(response.stream, watch)
+            _follow(response, watch, self.stream_class)
         return response
 
     def close(self) -> None:
@@ -202,11 +208,21 @@ class _AsyncTapTransport:
         watch = self.tap.start(request)
         response = await self.inner.handle_async_request(request)
         if watch is not None and self.tap.answered(watch, response):
-            response.stream = self.stream_class(response.stream, watch)
+            _follow(response, watch, self.stream_class)
         return response
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+def _follow(response: Any, watch: _Watch, stream_class: Any) -> None:
+    """Watch the answer's bytes as the SDK reads them; an answer read already (a
+    stub's `Response(content=...)` or `json=`, decoded by httpx) is taken whole."""
+    content = getattr(response, "_content", None)
+    if isinstance(content, bytes):
+        watch.whole(content)
+    else:
+        response.stream = stream_class(response.stream, watch)
 
 
 @dataclass(frozen=True)
