@@ -1,20 +1,6 @@
-"""The `providers` fixture: one fake OpenAI + Anthropic server per test module,
-reset before each test."""
+"""The client tests' fixtures (`tests/client/fixtures.py`): the fake providers and
+a real cachewatch, one of each a module."""
 
-from collections.abc import Iterator
+from tests.client.fixtures import cachewatch, providers, providers_server
 
-import pytest
-
-from tests.client.fake_providers import FakeProviders, fake_providers
-
-
-@pytest.fixture(scope="module")
-def providers_server() -> Iterator[FakeProviders]:
-    with fake_providers() as fake:
-        yield fake
-
-
-@pytest.fixture
-def providers(providers_server: FakeProviders) -> FakeProviders:
-    providers_server.reset()
-    return providers_server
+__all__ = ["cachewatch", "providers", "providers_server"]

@@ -14,9 +14,13 @@ so `served.first_byte` and the client's times read the same clock. The fake note
 `first_byte` just before handing its first chunk to uvicorn; the client notes its
 first token when that chunk comes out of httpx's byte stream. Between the two lie
 one loopback write and read and some thread switches under the GIL: well under a
-millisecond on an idle machine, a few ms on a loaded one. 15 ms allows for a busy
-CI runner and still tells a TTFT measured at the first byte from one measured at
-the end of the answer (the fake's answers take >= 200 ms here).
+millisecond on an idle machine, a few ms on a loaded one, and now and then a
+thread switch of tens of ms when both cores are busy (the CI runs two suites side
+by side). So every streamed call must end its TTFT within 100 ms of the first
+byte, and the closest of a test's streamed calls within 15 ms: that still tells a
+TTFT measured at the first byte from one measured at a later chunk or at the end
+of the answer (the fake's answers take >= 200 ms here), and one slow switch does
+not fail the run.
 """
 
 from __future__ import annotations
@@ -37,21 +41,16 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from sqlalchemy import Engine, create_engine, select
-from sqlalchemy.orm import Session
 
 import cachewatch_client
 from cachewatch_client import Settings, Shipper, ShipperStats, instrument
 from cachewatch_client.fingerprint import fingerprint
 from service.ingest.hashing import key_bytes
 from service.models import UsageRecord
-from service.services.tokens import Scope, create_token
 from tests.client.fake_providers import DEFAULT_REPLY, FakeProviders, Served
+from tests.client.fixtures import Cachewatch
 from tests.conftest import (
-    LiveServer,
-    fresh_database_url,
     is_postgres_run,
-    make_live_server,
     run_cachewatch,
 )
 
@@ -59,7 +58,8 @@ pytestmark = pytest.mark.skipif(is_postgres_run(), reason="touches no database: 
 
 MODEL = "fake-model"
 DELAY_S = 0.2  # the fake's time to first byte: TTFT is clearly measured
-TTFT_SLACK_S = 0.015  # module docstring
+TTFT_SLACK_S = 0.015  # the closest streamed call of a test (module docstring)
+TTFT_LOADED_S = 0.100  # every streamed call, on a loaded machine
 SYSTEM = "You are a careful assistant. " * 20  # 580 characters: room for cache hits
 MESSAGES: list[Any] = [
     {"role": "system", "content": SYSTEM},
@@ -71,42 +71,6 @@ CACHED_SYSTEM: list[Any] = [
 ]
 PLAIN_SYSTEM: list[Any] = [{"type": "text", "text": SYSTEM}]  # the same prompt, no breakpoint
 INCLUDE_USAGE: Any = {"include_usage": True}
-
-
-# --- a real cachewatch, one for the module --------------------------------------------
-
-
-@dataclass
-class Cachewatch:
-    server: LiveServer
-    token: str
-    engine: Engine
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    def rows(self, service: str) -> list[UsageRecord]:
-        """Every record stored for `service`, in arrival order."""
-        with Session(self.engine) as session:
-            query = select(UsageRecord).where(UsageRecord.service == service)
-            return list(session.scalars(query.order_by(UsageRecord.id)).all())
-
-
-@pytest.fixture(scope="module")
-def cachewatch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cachewatch]:
-    folder = tmp_path_factory.mktemp("instrument")
-    server = make_live_server(folder, fresh_database_url(folder, "instrument"), run_jobs="false")
-    server.start()  # `cachewatch serve` migrates the database first
-    engine = create_engine(server.database_url)
-    try:
-        with Session(engine) as session:
-            token = create_token(session, Scope("admin"), "instrument-test")
-            session.commit()
-        yield Cachewatch(server, token, engine)
-    finally:
-        engine.dispose()
-        server.stop()
 
 
 @dataclass
@@ -204,7 +168,7 @@ def check_row(
         first_token = started + row.ttft_ms / 1000
         # The client's first token follows the fake's first byte (same clock; 1 ms
         # for the stored rounding), within the module docstring's few ms.
-        assert -0.001 <= first_token - served.first_byte <= TTFT_SLACK_S, (
+        assert -0.001 <= first_token - served.first_byte <= TTFT_LOADED_S, (
             first_token - served.first_byte
         )
         assert row.latency_ms >= row.ttft_ms
@@ -225,6 +189,12 @@ def check_all(
         assert row.service == recording.service
         for name, value in labels.items():
             assert getattr(row, name) == value, name
+    gaps = [
+        r.ts_us / 1e6 + r.ttft_ms / 1000 - s.first_byte
+        for r, s in zip(rows, served, strict=True)
+        if s.stream and r.ttft_ms is not None
+    ]
+    assert not gaps or min(gaps) <= TTFT_SLACK_S, gaps
     return rows
 
 

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from openai import AsyncOpenAI
-from sqlalchemy import Engine, create_engine, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from cachewatch_client import ShipperStats
@@ -23,50 +21,15 @@ from cachewatch_client.fingerprint import fingerprint
 from service.ingest.hashing import key_bytes
 from service.lab.client import BLOCK_SIZE, Lab, Recorder
 from service.models import UsageRecord
-from service.services.tokens import Scope, create_token
-from tests.client.fake_providers import DEFAULT_REPLY, FakeProviders, fake_providers
-from tests.conftest import LiveServer, fresh_database_url, is_postgres_run, make_live_server
+from tests.client.fake_providers import DEFAULT_REPLY, FakeProviders
+from tests.client.fixtures import Cachewatch
+from tests.conftest import is_postgres_run
 
 pytestmark = pytest.mark.skipif(is_postgres_run(), reason="touches no database: run once")
 
 MODEL = "smollm2"
 SYSTEM = {"role": "system", "content": "You are the lab's assistant. " * 10}
 LABELS: dict[str, Any] = {"deploy": "v1", "session_id": "s1", "attributes": {"lab_phase": "p"}}
-
-
-@dataclass
-class Cachewatch:
-    server: LiveServer
-    token: str
-    engine: Engine
-
-
-@pytest.fixture(scope="module")
-def cachewatch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cachewatch]:
-    folder = tmp_path_factory.mktemp("lab-client")
-    server = make_live_server(folder, fresh_database_url(folder, "lab"), run_jobs="false")
-    server.start()  # migrates the database first
-    engine = create_engine(server.database_url)
-    try:
-        with Session(engine) as session:
-            token = create_token(session, Scope("admin"), "lab-test")
-            session.commit()
-        yield Cachewatch(server, token, engine)
-    finally:
-        engine.dispose()
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def providers_server() -> Iterator[FakeProviders]:
-    with fake_providers() as fake:
-        yield fake
-
-
-@pytest.fixture
-def providers(providers_server: FakeProviders) -> FakeProviders:
-    providers_server.reset()
-    return providers_server
 
 
 def engine_ids(body: dict[str, Any]) -> list[int]:
@@ -101,7 +64,7 @@ async def test_lab_records_through_the_client(
     providers: FakeProviders, cachewatch: Cachewatch
 ) -> None:
     providers.delay_first_byte_s = 0.05
-    recorder = Recorder(cachewatch.server.url, cachewatch.token)
+    recorder = Recorder(cachewatch.url, cachewatch.token)
     lab = new_lab(providers, recorder)
     stop = asyncio.Event()
     running = asyncio.create_task(recorder.run(stop))
@@ -175,7 +138,7 @@ async def test_lab_records_through_the_client(
 async def test_recorder_fails_the_run_when_cachewatch_refuses(
     providers: FakeProviders, cachewatch: Cachewatch
 ) -> None:
-    recorder = Recorder(cachewatch.server.url, f"cw_wrong_{uuid.uuid4().hex}")
+    recorder = Recorder(cachewatch.url, f"cw_wrong_{uuid.uuid4().hex}")
     lab = new_lab(providers, recorder)
     stop = asyncio.Event()
     running = asyncio.create_task(recorder.run(stop))
