@@ -4,11 +4,11 @@ answering 503 or 429, slow, and with a queue too small to hold what it cannot se
 
 The application's calls are sync Chat Completions, non-streamed and streamed with
 `include_usage`, to the fake providers (tests/client/fake_providers.py). The fake
-cachewatch is tests/client/test_faults.py's (200 with counts, 503 + Retry-After,
-429, slow answers, down: nothing listening). Both run in a child process (that
-file's `Fakes`), so this one holds only what an application's would: its calls
-and the shipper's thread. The provider forgets its prompts after every call
-(untimed), or its prefix scan would grow with the calls.
+cachewatch is tests/client/fake_cachewatch.py, in its modes (200 with counts, 503 +
+Retry-After, 429, slow answers, down: nothing listening). Both run in a child
+process (tests/client/test_faults.py's `Fakes`), so this one holds only what an
+application's would: its calls and the shipper's thread. The provider forgets its
+prompts after every call (untimed), or its prefix scan would grow with the calls.
 
 In each mode a fresh shipper and instrumented client make `--calls` calls of each
 kind, in rounds of `--round` taken in turn with the uninstrumented client's

@@ -8,8 +8,9 @@ the calls are still not slowed.
 
 The issue's "down for a minute" is shortened to `DOWN_S` seconds here: what matters
 is that the shipper retried many times meanwhile (small retry settings, `FAST`).
-The fakes (providers and cachewatch) run in a child process (`Fakes`), so that this
-one holds what an application's would: its calls and the shipper's thread.
+The fakes (providers, tests/client/fake_providers.py, and cachewatch,
+tests/client/fake_cachewatch.py) run in a child process (`Fakes`), so that this one
+holds what an application's would: its calls and the shipper's thread.
 `bench/client.py` measures the same at length, with these fakes.
 """
 
@@ -17,16 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import json
 import multiprocessing
-import socket
 import statistics
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -36,7 +33,7 @@ import openai
 import pytest
 
 from cachewatch_client import Settings, Shipper, ShipperStats, instrument
-from service.server_process import free_port
+from tests.client.fake_cachewatch import Answer, FakeCachewatch
 from tests.client.fake_providers import fake_providers
 from tests.conftest import is_postgres_run
 
@@ -72,142 +69,6 @@ MODEL_ANTHROPIC = "claude-sonnet-4-5"
 ROUND = 5
 
 
-# --- a fake cachewatch ------------------------------------------------------------------
-
-
-@dataclass
-class FakeCachewatch:
-    """`POST /v1/usage` on 127.0.0.1:`port`. `mode`: "ok" (200 with the counts the
-    real service answers, each `request_id` stored once), "503" (with
-    `Retry-After: retry_after`), "429", "slow" (stored and answered after
-    `slow_s`), "down" (nothing listening on the port). Also used by
-    bench/client.py."""
-
-    port: int = field(default_factory=free_port)
-    mode: str = "ok"
-    retry_after: str = "1"
-    slow_s: float = 2.0
-    #: request_id -> how many 200-answered posts carried it (stored once: later
-    #: ones are counted `duplicates`, as by the real service).
-    posted: Counter[str] = field(default_factory=Counter)
-    statuses: Counter[int] = field(default_factory=Counter)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    _server: _Server | None = None
-
-    MODES = ("ok", "503", "429", "slow", "down")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def stored(self) -> set[str]:
-        with self.lock:
-            return set(self.posted)
-
-    def set_mode(self, mode: str) -> None:
-        if mode not in self.MODES:
-            raise ValueError(f"no mode {mode!r}: {self.MODES}")
-        if mode == "down":
-            self.stop()
-        elif self._server is None:
-            self.start()
-        self.mode = mode
-
-    def start(self) -> FakeCachewatch:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive, as a real server
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                gzipped = self.headers.get("Content-Encoding") == "gzip"
-                status, headers, payload = fake.answer(self.path, body, gzipped)
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        server = _Server(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True).start()
-        self._server = server
-        if self.mode == "down":
-            self.mode = "ok"
-        return self
-
-    def stop(self) -> None:
-        """Down: the port closed, and the connections kept alive closed too (else a
-        client's pooled connection would still be answered)."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server.close_connections()
-            self._server = None
-        self.mode = "down"
-
-    def answer(self, path: str, body: bytes, gzipped: bool) -> tuple[int, dict[str, str], bytes]:
-        mode = self.mode
-        if path != "/v1/usage":
-            return self._count(404, {}, b"{}")
-        if mode == "503":
-            return self._count(503, {"Retry-After": self.retry_after}, b'{"detail":"busy"}')
-        if mode == "429":
-            return self._count(429, {}, b'{"detail":"too many requests"}')
-        if mode == "slow":
-            time.sleep(self.slow_s)
-        raw = gzip.decompress(body) if gzipped else body
-        ids = [json.loads(line)["request_id"] for line in raw.splitlines() if line.strip()]
-        with self.lock:
-            new = sum(1 for rid in ids if rid not in self.posted)
-            self.posted.update(ids)
-        counts = {"accepted": new, "duplicates": len(ids) - new, "rejected": 0, "errors": []}
-        return self._count(200, {}, json.dumps(counts).encode())
-
-    def _count(
-        self, status: int, headers: dict[str, str], payload: bytes
-    ) -> tuple[int, dict[str, str], bytes]:
-        with self.lock:
-            self.statuses[status] += 1
-        return status, headers, payload
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.connections: set[socket.socket] = set()
-        self.connections_lock = threading.Lock()
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self.connections_lock:
-            self.connections.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self.connections_lock:
-            self.connections.discard(request)
-        super().shutdown_request(request)
-
-    def close_connections(self) -> None:
-        with self.connections_lock:
-            connections, self.connections = self.connections, set()
-        for connection in connections:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # a client that gave up on a slow answer: nothing to report
-
-
 # --- the fakes, in a child process ------------------------------------------------------
 
 
@@ -237,12 +98,9 @@ def serve_fakes(conn: Connection, slow_s: float, retry_after: str) -> None:
                 cachewatch.slow_s = arg
                 conn.send(None)
             elif command == "posted":
-                with cachewatch.lock:
-                    conn.send((Counter(cachewatch.posted), Counter(cachewatch.statuses)))
+                conn.send(cachewatch.counts())
             elif command == "forget":
-                with cachewatch.lock:
-                    cachewatch.posted.clear()
-                    cachewatch.statuses.clear()
+                cachewatch.forget()
                 conn.send(None)
         cachewatch.stop()
 
@@ -559,7 +417,8 @@ def test_tiny_queue_drops_are_counted_and_calls_not_slowed(
 
 def test_the_fake_cachewatch_modes() -> None:
     """The fake itself: each mode answers as documented; "down" is a closed port,
-    connections kept alive included."""
+    connections kept alive included, and it listens again on the same port; scripted
+    answers come first, one a post, then the mode's again."""
     fake = FakeCachewatch(retry_after="7", slow_s=0.3).start()
     body = gzip.compress(b'{"request_id":"a"}\n{"request_id":"b"}')
 
@@ -569,7 +428,8 @@ def test_the_fake_cachewatch_modes() -> None:
 
     try:
         with httpx.Client() as http:
-            assert send(http).json()["accepted"] == 2
+            counts = {"accepted": 2, "duplicates": 0, "rejected": 0, "errors": []}
+            assert send(http).json() == counts
             assert send(http).json()["duplicates"] == 2
             fake.set_mode("503")
             answer = send(http)
@@ -580,6 +440,7 @@ def test_the_fake_cachewatch_modes() -> None:
             started = time.monotonic()
             assert send(http).status_code == 200
             assert time.monotonic() - started >= 0.3
+            port = fake.port
             fake.set_mode("down")
             with pytest.raises(httpx.TransportError):
                 send(http)
@@ -587,7 +448,18 @@ def test_the_fake_cachewatch_modes() -> None:
                 send(http)
             fake.set_mode("ok")
             assert send(http).status_code == 200
+            assert fake.port == port
+            fake.answer(Answer(503, {"Retry-After": "2"}, delay_s=0.2), Answer(400))
+            fake.set_mode("429")
+            started = time.monotonic()
+            answer = send(http)
+            assert (answer.status_code, answer.headers["Retry-After"]) == (503, "2")
+            assert time.monotonic() - started >= 0.2
+            assert send(http).status_code == 400
+            assert send(http).status_code == 429  # the script spent: the mode's again
         assert fake.posted == Counter({"a": 4, "b": 4})
-        assert fake.statuses == Counter({200: 4, 503: 1, 429: 1})
+        assert set(fake.store) == {"a", "b"}
+        assert fake.statuses() == [200, 200, 503, 429, 200, 200, 503, 400, 429]
+        assert fake.counts()[1] == Counter({200: 4, 503: 2, 429: 2, 400: 1})
     finally:
         fake.stop()

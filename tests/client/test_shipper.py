@@ -1,7 +1,7 @@
-"""The shipper (cachewatch_client.shipper) against a fake cachewatch: a real HTTP
-server on loopback whose answers a test scripts (200 with the real service's
-counts, 503 with Retry-After, 429, 4xx, slow answers, or no server at all), and once
-against a real `cachewatch serve`."""
+"""The shipper (cachewatch_client.shipper) against a fake cachewatch
+(tests/client/fake_cachewatch.py): a real HTTP server on loopback whose answers a
+test scripts (200 with the real service's counts, 503 with Retry-After, 429, 4xx,
+slow answers, or no server at all), and once against a real `cachewatch serve`."""
 
 from __future__ import annotations
 
@@ -12,12 +12,9 @@ import logging
 import multiprocessing
 import os
 import select
-import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -31,8 +28,8 @@ from cachewatch_client import Labels, Settings, Shipper
 from cachewatch_client.calls import Call
 from cachewatch_client.replies import Reply
 from service.models import UsageRecord
-from service.server_process import free_port
 from service.services.tokens import Scope, create_token
+from tests.client.fake_cachewatch import Answer, FakeCachewatch
 from tests.conftest import LiveServer, is_postgres_run
 
 pytestmark = pytest.mark.skipif(is_postgres_run(), reason="touches no database: run once")
@@ -45,125 +42,13 @@ USAGE: dict[str, Any] = {
 }
 
 
-# --- a fake cachewatch ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What the fake answers one POST: `status` (200: the records are stored and
-    counted, as the real service does), after `delay_s`."""
-
-    status: int = 200
-    retry_after: str | None = None
-    delay_s: float = 0.0
-
-
-@dataclass
-class Post:
-    at: float
-    headers: dict[str, str]
-    body: bytes
-    records: list[dict[str, Any]]
-    status: int
-
-
-@dataclass
-class FakeCachewatch:
-    """`POST /v1/usage` on 127.0.0.1:`port`, answering what `script` says (then 200)."""
-
-    port: int = field(default_factory=free_port)
-    token: str = TOKEN
-    store: dict[str, dict[str, Any]] = field(default_factory=dict)
-    stored: Counter[str] = field(default_factory=Counter)
-    posts: list[Post] = field(default_factory=list)
-    script: deque[Answer] = field(default_factory=deque)
-    default: Answer = Answer()
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    _server: ThreadingHTTPServer | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def answer(self, *answers: Answer) -> None:
-        with self.lock:
-            self.script.extend(answers)
-
-    def start(self) -> FakeCachewatch:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                status, extra, payload = fake.handle(self.path, headers, body)
-                self.send_response(status)
-                for name, value in extra.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        server = _Server(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True).start()
-        self._server = server
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def handle(
-        self, path: str, headers: dict[str, str], body: bytes
-    ) -> tuple[int, dict[str, str], bytes]:
-        with self.lock:
-            answer = self.script.popleft() if self.script else self.default
-        if path != "/v1/usage":
-            return 404, {}, b"{}"
-        if headers.get("authorization") != f"Bearer {self.token}" and answer.status == 200:
-            answer = Answer(401)
-        try:
-            raw = gzip.decompress(body) if headers.get("content-encoding") == "gzip" else body
-            records = [json.loads(line) for line in raw.splitlines() if line.strip()]
-        except (OSError, ValueError):
-            records, answer = [], Answer(400)
-        counts: dict[str, Any] = {"accepted": 0, "duplicates": 0, "rejected": 0, "errors": []}
-        with self.lock:
-            self.posts.append(Post(time.monotonic(), headers, body, records, answer.status))
-            if answer.status == 200:
-                for record in records:
-                    if record["request_id"] in self.store:
-                        counts["duplicates"] += 1
-                    else:
-                        self.store[record["request_id"]] = record
-                        self.stored[record["request_id"]] += 1
-                        counts["accepted"] += 1
-        time.sleep(answer.delay_s)  # a slow answer: stored (committed), then late
-        extra = {} if answer.retry_after is None else {"Retry-After": answer.retry_after}
-        return answer.status, extra, json.dumps(counts).encode()
-
-    def statuses(self) -> list[int]:
-        with self.lock:
-            return [post.status for post in self.posts]
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # a client that timed out and left: nothing to report
+# --- a fake cachewatch (tests/client/fake_cachewatch.py) --------------------------------
 
 
 @pytest.fixture
 def fake() -> Iterator[FakeCachewatch]:
-    server = FakeCachewatch().start()
+    """A cachewatch that answers what a test scripts (`answer`, `set_mode`), else 200."""
+    server = FakeCachewatch(token=TOKEN).start()
     yield server
     server.stop()
 
@@ -171,7 +56,7 @@ def fake() -> Iterator[FakeCachewatch]:
 @pytest.fixture
 def down() -> Iterator[FakeCachewatch]:
     """A cachewatch that is not running yet: its port is closed until `.start()`."""
-    server = FakeCachewatch()
+    server = FakeCachewatch(token=TOKEN)
     yield server
     server.stop()
 
@@ -378,7 +263,7 @@ def test_down_then_back_loses_nothing(down: FakeCachewatch, make_shipper: Shippe
     assert shipper.flush(5)
     expected = {f"early-{i}" for i in range(20)} | {f"late-{i}" for i in range(30)}
     assert set(down.store) == expected
-    assert set(down.stored.values()) == {1}  # each request_id stored exactly once
+    assert set(down.posted.values()) == {1}  # each request_id posted (stored) exactly once
     stats = shipper.stats()
     assert (stats.queued, stats.sent, stats.duplicates, stats.dropped) == (50, 50, 0, 0)
     assert stats.retries >= 3
@@ -388,7 +273,7 @@ def test_down_then_back_loses_nothing(down: FakeCachewatch, make_shipper: Shippe
 def test_busy_then_200_is_retried(
     fake: FakeCachewatch, make_shipper: ShipperFactory, status: int
 ) -> None:
-    fake.answer(Answer(status, retry_after="0"), Answer(status))
+    fake.answer(Answer(status, {"Retry-After": "0"}), Answer(status))
     shipper = make_shipper(fake.url, batch_size=3)
     for c in calls(3):
         shipper.submit(c)
@@ -397,7 +282,7 @@ def test_busy_then_200_is_retried(
     assert fake.posts[0].body == fake.posts[2].body  # the same batch, posted again
     stats = shipper.stats()
     assert (stats.sent, stats.retries, stats.dropped, stats.duplicates) == (3, 2, 0, 0)
-    assert set(fake.stored.values()) == {1}
+    assert fake.posted == Counter({"r-0": 1, "r-1": 1, "r-2": 1})  # stored once each
 
 
 @pytest.mark.parametrize("status", [501, 520, 530])
@@ -415,7 +300,7 @@ def test_any_5xx_is_retried(
 
 
 def test_retry_after_is_honoured(fake: FakeCachewatch, make_shipper: ShipperFactory) -> None:
-    fake.answer(Answer(503, retry_after="0.3"))
+    fake.answer(Answer(503, {"Retry-After": "0.3"}))
     shipper = make_shipper(fake.url, retry_base_s=0.001, retry_max_s=2.0)
     shipper.submit(call("a"))
     assert shipper.flush(3)
@@ -427,7 +312,7 @@ def test_retry_after_is_honoured(fake: FakeCachewatch, make_shipper: ShipperFact
 def test_retry_after_is_bounded_by_retry_max(
     fake: FakeCachewatch, make_shipper: ShipperFactory
 ) -> None:
-    fake.answer(Answer(429, retry_after="3600"), Answer(503, retry_after="not-a-number"))
+    fake.answer(Answer(429, {"Retry-After": "3600"}), Answer(503, {"Retry-After": "not-a-number"}))
     shipper = make_shipper(fake.url, retry_base_s=0.01, retry_max_s=0.1)
     shipper.submit(call("a"))
     assert shipper.flush(3)
@@ -458,7 +343,8 @@ def test_slow_answer_is_retried_and_counted_as_duplicates(
     assert fake.statuses() == [200, 200]
     stats = shipper.stats()
     assert (stats.sent, stats.duplicates, stats.retries, stats.dropped) == (0, 4, 1, 0)
-    assert set(fake.stored.values()) == {1} and len(fake.store) == 4
+    # Posted twice, answered 200 twice, stored once.
+    assert set(fake.posted.values()) == {2} and len(fake.store) == 4
 
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 413])
@@ -650,7 +536,8 @@ def test_flush_timeout_is_one_bound_when_the_queue_is_full(
 def test_flush_of_a_slow_cachewatch_times_out(
     fake: FakeCachewatch, make_shipper: ShipperFactory
 ) -> None:
-    fake.default = Answer(200, delay_s=1.0)
+    fake.slow_s = 1.0
+    fake.set_mode("slow")
     shipper = make_shipper(fake.url)
     shipper.submit(call("a"))
     assert not shipper.flush(0.2)
@@ -679,7 +566,8 @@ def test_close_is_bounded_with_cachewatch_hanging(
 ) -> None:
     """cachewatch accepts the connection and never answers (within timeout_s): close
     still returns on time, with what did not leave counted as dropped."""
-    fake.default = Answer(200, delay_s=3.0)
+    fake.slow_s = 3.0
+    fake.set_mode("slow")
     shipper = make_shipper(fake.url, timeout_s=5.0, batch_size=2, max_queue=4)
     for c in calls(9):
         shipper.submit(c)
