@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 import zlib
 from typing import Any
 
@@ -460,3 +461,29 @@ def test_decoder_corrupt_gzip_fails() -> None:
 )
 def test_api_of(method: str, path: str, api: str | None) -> None:
     assert api_of(method, path) == api
+
+
+def test_raw_deflate_is_read_as_httpx_reads_it() -> None:
+    """Some servers send `Content-Encoding: deflate` without zlib's header."""
+    packer = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    raw = packer.compress(b'{"usage": {"prompt_tokens": 3}}') + packer.flush()
+    decoder = Decoder("deflate")
+    assert decoder.decode(raw[:5]) + decoder.decode(raw[5:]) == b'{"usage": {"prompt_tokens": 3}}'
+    assert not decoder.failed
+
+
+def test_a_large_event_in_tiny_chunks_costs_its_length() -> None:
+    """One 2 MB event (a Responses API `response.completed` with a long answer)
+    fed 64 bytes at a time: before, each chunk copied and split everything since
+    the last event (quadratic: minutes); now it is linear."""
+    text = "x" * 2_000_000
+    answer = {"id": "r", "output": text, "usage": {"input_tokens": 7}}
+    data = json.dumps({"type": "response.completed", "response": answer}).encode()
+    event = b"event: response.completed\ndata: " + data + b"\n\n"
+    sse = SseUsage()
+    started = time.perf_counter()
+    for at in range(0, len(event), 64):
+        sse.feed(event[at : at + 64])
+    sse.close()
+    assert time.perf_counter() - started < 2.0
+    assert reply_of_events("responses", sse.events).usage == {"input_tokens": 7}

@@ -162,26 +162,36 @@ def _text(value: Any) -> str | None:
 
 
 class SseUsage:
-    """The events of a streamed answer that carry `usage` (module docstring)."""
+    """The events of a streamed answer that carry `usage` (module docstring). The
+    text after the last complete event is kept, and only what a chunk adds to it
+    is searched for an event's end: an event arriving in many small chunks costs
+    its length, not its length times the chunks."""
 
     def __init__(self) -> None:
         self.events: list[bytes] = []
-        self._pending = b""
+        self._pending = bytearray()
 
     def feed(self, chunk: bytes) -> None:
-        text = self._pending + chunk
-        # Events end with a blank line; "\r\n" line ends are normalised first.
-        if b"\r" in text:
-            text = text.replace(b"\r\n", b"\n")
-        *complete, self._pending = text.split(b"\n\n")
-        for event in complete:
+        pending = self._pending
+        # Events end with a blank line ("\r\n" line ends are normalised): a
+        # boundary may straddle the chunk, so the search starts 3 bytes back.
+        searched = max(0, len(pending) - 3)
+        pending += chunk
+        if b"\r" in chunk or pending[searched : searched + 3].find(b"\r") != -1:
+            pending[:] = pending.replace(b"\r\n", b"\n")
+            searched = 0
+        end = pending.rfind(b"\n\n", searched)
+        if end == -1:
+            return
+        for event in bytes(pending[:end]).split(b"\n\n"):
             if _carries_usage(event):
                 self._keep(event)
+        del pending[: end + 2]
 
     def close(self) -> None:
-        if _carries_usage(self._pending):
-            self._keep(self._pending)
-        self._pending = b""
+        if _carries_usage(bytes(self._pending)):
+            self._keep(bytes(self._pending))
+        self._pending.clear()
 
     def _keep(self, event: bytes) -> None:
         data = [line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:")]
@@ -205,10 +215,14 @@ class Decoder:
         encoding = encoding.strip().lower()
         self.failed = False
         self._zlib: Any = None
+        #: Deflate comes zlib-wrapped, or raw from some servers (httpx reads both):
+        #: a first chunk without zlib's header is read again as raw.
+        self._may_be_raw = False
         if encoding == "gzip":
             self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)
         elif encoding == "deflate":
             self._zlib = zlib.decompressobj()
+            self._may_be_raw = True
         elif encoding not in ("", "identity"):
             self.failed = True
 
@@ -218,7 +232,13 @@ class Decoder:
         if self._zlib is None:
             return chunk
         try:
-            return bytes(self._zlib.decompress(chunk))
+            data = bytes(self._zlib.decompress(chunk))
         except zlib.error:
+            if self._may_be_raw:
+                self._may_be_raw = False
+                self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
+                return self.decode(chunk)
             self.failed = True
             return b""
+        self._may_be_raw = False
+        return data
