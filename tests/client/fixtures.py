@@ -1,7 +1,8 @@
 """Fixtures of the client's tests and of the lab's client test: the fake providers
-(one server a module, reset before each test) and a real `cachewatch serve` (one
-a module, on a fresh SQLite database, jobs off, with an admin token), whose stored
-records a test reads back from its database (no endpoint lists raw records)."""
+(one server for the run, reset before each test) and a real `cachewatch serve`
+(one for the run, on a fresh SQLite database, jobs off, with an admin token),
+whose stored records a test reads back from its database (no endpoint lists raw
+records). Tests sharing it keep apart by their records' ids and service names."""
 
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from tests.client.fake_providers import FakeProviders, fake_providers
 from tests.conftest import LiveServer, fresh_database_url, make_live_server
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def providers_server() -> Iterator[FakeProviders]:
     with fake_providers() as fake:
         yield fake
@@ -45,7 +46,7 @@ class Cachewatch:
             return list(session.scalars(query.order_by(UsageRecord.id)).all())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cachewatch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cachewatch]:
     folder = tmp_path_factory.mktemp("cachewatch")
     server = make_live_server(folder, fresh_database_url(folder, "client"), run_jobs="false")
