@@ -8,13 +8,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, fields
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import IO, Any
 
 import httpx
 import orjson
+
+from cachewatch_client.shipper import retry_after_s
 
 RETRYABLE_STATUS = frozenset({429, 502, 503, 504})
 MAX_BODY_BYTES = 8 * 1024 * 1024  # under the server's 10 MiB default limit
@@ -81,24 +81,6 @@ def ndjson_batches(
         size += len(line)
     if lines:
         yield len(lines), b"".join(lines)
-
-
-def retry_after_s(value: str | None) -> float | None:
-    """Retry-After as delta-seconds or an HTTP date; None when absent or bad."""
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 @dataclass

@@ -12,8 +12,9 @@ from typing import Any
 import orjson
 import pytest
 
+from cachewatch_client.shipper import retry_after_s
 from service.simulate import PostError, post_events, post_records, write_ndjson
-from service.simulate.output import ndjson_batches, retry_after_s
+from service.simulate.output import ndjson_batches
 
 
 @dataclass

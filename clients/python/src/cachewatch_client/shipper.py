@@ -45,6 +45,8 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
@@ -389,12 +391,26 @@ if hasattr(os, "register_at_fork"):
 
 
 def _retry_after(answer: httpx.Response | None) -> float | None:
-    if answer is None:
+    return None if answer is None else retry_after_s(answer.headers.get("Retry-After"))
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """Retry-After as delta-seconds or an HTTP date; None when absent or bad. The
+    one reading of it: the simulator's and the importer's poster use it too."""
+    if value is None:
         return None
+    value = value.strip()
     try:
-        return max(0.0, float(answer.headers.get("Retry-After", "")))
+        return max(0.0, float(value))
     except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
         return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 _shippers: dict[Settings, Shipper] = {}
