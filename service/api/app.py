@@ -31,7 +31,7 @@ from service.api.routers import (
 )
 from service.clickhouse import clickhouse_for, ids_for
 from service.db import make_engine, make_sessionmaker
-from service.ingest.hashing import use_memo
+from service.ingest.array_memos import use_memo
 from service.profiles import profiles_for
 from service.services.tokens import TokenCache
 from service.settings import Settings, get_settings

@@ -20,10 +20,10 @@ Two entry points:
   - a provider usage object (`usage`, Gemini's `usageMetadata` or
     `usage_metadata`) is kept as raw JSON and decoded by orjson itself;
   - `block_hashes` is kept as raw JSON and keyed by `finish_line`, which decodes
-    it to its type (a session's next array only past the last one's text,
-    `service.ingest.hashing.SessionPrompts`): an array that is not valid there,
-    or not to orjson (invalid UTF-8, a number out of range), sends the line to
-    orjson, as a line msgspec could not decode.
+    it to its type (a session's next array only past the last one's text, a long
+    one in runs of hashes other arrays held: `service.ingest.array_memos`): an
+    array that is not valid there, or not to orjson (invalid UTF-8, a number out
+    of range), sends the line to orjson, as a line msgspec could not decode.
 - `convert_value`: a record already decoded by orjson (array bodies, single
   objects, lines with unknown fields): `msgspec.convert` onto the same fields.
 
@@ -47,8 +47,9 @@ import msgspec
 import orjson
 from msgspec import UNSET, Meta, UnsetType
 
+from service.ingest.array_memos import ARRAY_CHUNKS, SESSION_PROMPTS
 from service.ingest.diagnoses import MISSED, diagnosis_fields
-from service.ingest.hashing import KEY_BYTES, MEMO, SESSION_PROMPTS, hash_key
+from service.ingest.hashing import KEY_BYTES, MEMO, hash_key
 from service.ingest.records import (
     MAX_ATTRIBUTES,
     MAX_BLOCK_SIZE,
@@ -144,7 +145,7 @@ class _Fields(msgspec.Struct, gc=False):
 class _LineRecord(_Fields, forbid_unknown_fields=True):
     # The array's JSON text, keyed by `finish_line` (then its packed keys): a
     # session's next turn repeats most of its last one's
-    # (service.ingest.hashing.SessionPrompts).
+    # (service.ingest.array_memos).
     block_hashes: msgspec.Raw | UnsetType = UNSET  # type: ignore[assignment]
     segments: Annotated[list[_LineSegment], Meta(max_length=MAX_SEGMENTS)] | None = None
     # shapes.USAGE_KEYS, in their order
@@ -474,12 +475,18 @@ def _pack(hashes: list[str | int]) -> bytes | None:
 
 def _pack_text(text: bytes, session_id: str | None) -> bytes | None:
     """`_pack` of a line's array, given as its JSON text; None also when it is not
-    an array of at most MAX_BLOCKS hashes."""
+    an array of at most MAX_BLOCKS hashes. The text is looked up whole where it
+    can be (`service.ingest.array_memos`): as its session's last array continued,
+    or in runs other arrays held."""
     if session_id is None:
-        hashes = _decode_hashes(text)
-        return None if hashes is None else _pack(hashes)
-    packed = SESSION_PROMPTS.pack(session_id, text, _decode_hashes, _pack)
+        packed = _pack_array(text)
+    else:
+        packed = SESSION_PROMPTS.pack(session_id, text, _pack_array)
     return None if packed is None or len(packed) > _MAX_PACKED else packed
+
+
+def _pack_array(text: bytes) -> bytes | None:
+    return ARRAY_CHUNKS.pack(text, _decode_hashes, _pack)
 
 
 def _decode_hashes(text: bytes) -> list[str | int] | None:

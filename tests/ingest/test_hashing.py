@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from service.api.app import create_app
-from service.ingest import hashing
+from service.ingest import array_memos, hashing
 from service.ingest.hashing import KeyMemo, hash_key, key_bytes, pack_block_hashes
 from service.settings import Settings
 
@@ -133,4 +133,4 @@ def test_the_app_sizes_the_process_memo(tmp_path: Path) -> None:
         hashing.MEMO.pack(["a", "b", "c", "d"])
         assert len(hashing.MEMO) <= 6
     finally:
-        hashing.use_memo(before)
+        array_memos.use_memo(before)

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.ingest import hashing
-from service.ingest.hashing import SessionPrompts, key_bytes
+from service.ingest import array_memos, hashing
+from service.ingest.array_memos import SessionPrompts
+from service.ingest.hashing import key_bytes
 from service.ingest.records import MAX_BLOCKS
 from tests.ingest.test_bulk import assert_bulk_agrees
 from tests.ingest.test_fast import SETTINGS, current_outcome, reference_outcome
@@ -105,18 +106,22 @@ def test_the_keys_reused_are_the_last_turns_and_new_ones_only_are_decoded() -> N
     def pack(hashes: list[str | int]) -> bytes:
         return b"".join(map(key_bytes, hashes))
 
-    assert prompts.pack("s", b'["a","b"]', decode, pack) == pack(["a", "b"])
-    assert prompts.pack("s", b'["a","b","c"]', decode, pack) == pack(["a", "b", "c"])
-    assert prompts.pack("s", b'["a","b","c"]', decode, pack) == pack(["a", "b", "c"])
-    assert prompts.pack("s", b'["a","x"]', decode, pack) == pack(["a", "x"])
+    def pack_text(text: bytes) -> bytes | None:
+        hashes = decode(text)
+        return None if hashes is None else pack(hashes)
+
+    assert prompts.pack("s", b'["a","b"]', pack_text) == pack(["a", "b"])
+    assert prompts.pack("s", b'["a","b","c"]', pack_text) == pack(["a", "b", "c"])
+    assert prompts.pack("s", b'["a","b","c"]', pack_text) == pack(["a", "b", "c"])
+    assert prompts.pack("s", b'["a","x"]', pack_text) == pack(["a", "x"])
     assert decoded == [b'["a","b"]', b'["c"]', b'["a","x"]']
 
 
 def test_the_sessions_held_are_bounded() -> None:
     prompts = SessionPrompts(hashes=10)
     for session in range(100):
-        prompts.pack(str(session), b"[1,2,3]", orjson.loads, lambda h: bytes(8 * len(h)))
-    held = prompts._young | prompts._old
+        prompts.pack(str(session), b"[1,2,3]", lambda text: bytes(8 * len(orjson.loads(text))))
+    held = prompts._held.young | prompts._held.old
     assert sum(len(keys) // 8 for _, keys in held.values()) <= 2 * 10 + 3
     assert "99" in held and "0" not in held
 
@@ -124,7 +129,8 @@ def test_the_sessions_held_are_bounded() -> None:
 def test_the_process_memos_are_sized_together() -> None:
     before = hashing.MEMO.entries
     try:
-        hashing.use_memo(5)
-        assert hashing.SESSION_PROMPTS.hashes == 5
+        array_memos.use_memo(5)
+        assert array_memos.SESSION_PROMPTS.hashes == 5
+        assert array_memos.ARRAY_CHUNKS.hashes == 5
     finally:
-        hashing.use_memo(before)
+        array_memos.use_memo(before)
