@@ -1,7 +1,8 @@
 """Memory of the hash memo (service/ingest/hashing.py), per remembered hash, as
 docs/deployment.md ("Sizing") quotes it: `tracemalloc` over a `KeyMemo` filled with
-one generation of fresh strings of 16, 64 and 200 characters, and over
-`SessionPrompts` holding arrays of 16 and 1,000 such hashes. Not a test: prints.
+one generation of fresh strings of 16, 64 and 200 characters, over
+`SessionPrompts` holding arrays of 16 and 1,000 such hashes, and over
+`ArrayChunks` holding the runs of arrays of 1,000. Not a test: prints.
 
     .venv/bin/python bench/hash_memo.py [--entries 100000]
 """
@@ -16,7 +17,12 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from service.ingest.hashing import KeyMemo, SessionPrompts, key_bytes
+from service.ingest.array_memos import ArrayChunks, SessionPrompts
+from service.ingest.hashing import KeyMemo, key_bytes
+
+
+def pack_text(text: bytes) -> bytes:
+    return b"".join(map(key_bytes, orjson.loads(text)))
 
 
 def traced(fill: Callable[[], tuple[int, object]]) -> tuple[float, int]:
@@ -50,8 +56,19 @@ def prompts_fill(width: int, per_array: int, hashes: int) -> Callable[[], tuple[
         for session in range(hashes // per_array):
             first = session * per_array
             text = orjson.dumps([hex_of(width, first + j) for j in range(per_array)])
-            prompts.pack(str(session), text, orjson.loads, lambda h: b"".join(map(key_bytes, h)))
+            prompts.pack(str(session), text, pack_text)
         return hashes // per_array * per_array, prompts
+
+    return fill
+
+
+def chunks_fill(width: int, per_array: int, hashes: int) -> Callable[[], tuple[int, object]]:
+    def fill() -> tuple[int, object]:
+        chunks = ArrayChunks(hashes + per_array)  # one generation
+        for first in range(0, hashes // per_array * per_array, per_array):
+            text = orjson.dumps([hex_of(width, first + j) for j in range(per_array)])
+            chunks.pack(text, orjson.loads, lambda h: b"".join(map(key_bytes, h)))
+        return hashes // per_array * per_array, chunks
 
     return fill
 
@@ -70,6 +87,12 @@ def main() -> None:
         kept, held = traced(prompts_fill(width, per, n))
         print(
             f"SessionPrompts  {width:>3}-character hashes, {per:>5} an array: "
+            f"{kept / held:6.0f} B a held hash"
+        )
+    for width in (16, 200):
+        kept, held = traced(chunks_fill(width, 1000, n))
+        print(
+            f"ArrayChunks     {width:>3}-character hashes,  1000 an array: "
             f"{kept / held:6.0f} B a held hash"
         )
 
