@@ -6,9 +6,11 @@ decoding the whole array, or it is refused as it would be; and through a body,
 the whole-body path and the per-line path give the reference's rows."""
 
 import random
+from collections.abc import Callable
 
 import msgspec
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -31,6 +33,17 @@ def decode(text: bytes) -> list[str | int] | None:
 
 def pack(hashes: list[str | int]) -> bytes | None:
     return b"".join(map(key_bytes, hashes))
+
+
+def recording() -> tuple[list[bytes], Callable[[bytes], list[str | int] | None]]:
+    """A `decode` that keeps the texts it was given, and that list."""
+    decoded: list[bytes] = []
+
+    def counting(text: bytes) -> list[str | int] | None:
+        decoded.append(text)
+        return decode(text)
+
+    return decoded, counting
 
 
 def reference(text: bytes) -> bytes | None:
@@ -80,12 +93,7 @@ def test_the_keys_are_the_whole_arrays(rnd: random.Random, held: int) -> None:
 
 def test_a_shared_stretch_is_looked_up_not_decoded() -> None:
     chunks = ArrayChunks(hashes=100_000)
-    decoded: list[bytes] = []
-
-    def counting(text: bytes) -> list[str | int] | None:
-        decoded.append(text)
-        return decode(text)
-
+    decoded, counting = recording()
     first = orjson.dumps(hex_hashes(0, 1000))
     assert chunks.pack(first, counting, pack) == reference(first)
     decoded.clear()
@@ -98,12 +106,7 @@ def test_a_shared_stretch_is_looked_up_not_decoded() -> None:
 
 def test_short_arrays_are_decoded_whole() -> None:
     chunks = ArrayChunks(hashes=100_000)
-    decoded: list[bytes] = []
-
-    def counting(text: bytes) -> list[str | int] | None:
-        decoded.append(text)
-        return decode(text)
-
+    decoded, counting = recording()
     text = orjson.dumps(hex_hashes(0, 16))
     assert chunks.pack(text, counting, pack) == reference(text)
     assert decoded == [text]
@@ -120,12 +123,7 @@ def test_the_runs_held_are_bounded() -> None:
 
 def test_a_flood_of_new_hashes_turns_the_cutting_off() -> None:
     chunks = ArrayChunks(hashes=2_000)
-    decoded: list[bytes] = []
-
-    def counting(text: bytes) -> list[str | int] | None:
-        decoded.append(text)
-        return decode(text)
-
+    decoded, counting = recording()
     for start in range(0, 10_000, 1000):  # never a hash twice
         text = orjson.dumps(hex_hashes(start, 1000))
         decoded.clear()
@@ -154,3 +152,15 @@ def test_bodies_of_long_arrays_give_the_references_rows(
     body = b"\n".join(lines)
     assert current_outcome(body) == reference_outcome(body)
     assert_bulk_agrees(body)
+
+
+@pytest.mark.parametrize(
+    "end",
+    [b',"b0",]', b',"b0",,"c"]', b',"b0", ]', b',"b0",\n]', b',"b0"]'],
+    ids=["trailing comma", "two commas", "space", "newline", "valid"],
+)
+def test_an_empty_run_after_a_cut_is_not_an_array(end: bytes) -> None:
+    chunks = ArrayChunks(hashes=100_000)
+    text = orjson.dumps(hex_hashes(0, 100))[:-1] + end
+    for _ in range(2):  # not held, then with its other runs held
+        assert chunks.pack(text, decode, pack) == reference(text)
