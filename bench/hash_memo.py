@@ -2,15 +2,20 @@
 docs/deployment.md ("Sizing") quotes it: `tracemalloc` over a `KeyMemo` filled with
 one generation of fresh strings of 16, 64 and 200 characters, over
 `SessionPrompts` holding arrays of 16 and 1,000 such hashes, and over
-`ArrayChunks` holding the runs of arrays of 1,000. Not a test: prints.
+`ArrayChunks` holding the runs of arrays of 1,000. Then what keying a hash costs:
+`key_bytes` of a 16-digit string against a new BLAKE2b object each (the same
+digest; the baseline, in the same run), and `KeyMemo.pack` of 1,000 known
+hashes. Not a test: prints.
 
     .venv/bin/python bench/hash_memo.py [--entries 100000]
 """
 
 import argparse
 import sys
+import timeit
 import tracemalloc
 from collections.abc import Callable
+from hashlib import blake2b
 from pathlib import Path
 
 import orjson
@@ -73,6 +78,32 @@ def chunks_fill(width: int, per_array: int, hashes: int) -> Callable[[], tuple[i
     return fill
 
 
+def fresh_object_key(value: str) -> bytes:
+    """The baseline: `key_bytes` of a string as a new BLAKE2b object each time."""
+    return blake2b(b"s:" + value.encode(), digest_size=8).digest()
+
+
+def us_per_call(run: Callable[[], object], calls: int, repeat: int = 5) -> float:
+    return min(timeit.repeat(run, number=1, repeat=repeat)) / calls * 1e6
+
+
+def keying_costs() -> None:
+    values = [hex_of(16, i) for i in range(100_000)]
+    assert all(fresh_object_key(v) == key_bytes(v) for v in values[:1000])
+    now = us_per_call(lambda: b"".join(map(key_bytes, values)), len(values))
+    fresh = us_per_call(lambda: b"".join(map(fresh_object_key, values)), len(values))
+    print(
+        f"key_bytes       16-character hash: {now:.3f} us "
+        f"(a new BLAKE2b object each: {fresh:.3f} us; ratio {now / fresh:.2f})"
+    )
+    memo = KeyMemo(len(values) + 1)
+    known = values[:1000]
+    memo.pack(known)
+    known = [value.encode().decode() for value in known]  # new strings, as decoded
+    took = us_per_call(lambda: memo.pack(known), 1, repeat=200)
+    print(f"KeyMemo.pack    1,000 known 16-character hashes: {took:.1f} us")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--entries", type=int, default=100_000)
@@ -95,6 +126,7 @@ def main() -> None:
             f"ArrayChunks     {width:>3}-character hashes,  1000 an array: "
             f"{kept / held:6.0f} B a held hash"
         )
+    keying_costs()
 
 
 if __name__ == "__main__":

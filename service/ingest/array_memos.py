@@ -138,10 +138,11 @@ class ArrayChunks:
 
     Only texts of at least `_MIN_BYTES` are cut: a short array is cheaper decoded
     whole. The memory is the runs' text and 8 bytes a hash, at most 2 x `hashes`
-    hashes. A generation that found fewer than `MIN_HIT_SHARE` of the runs it was
-    asked for turns the cutting off for `SKIP_GENERATIONS` generations' worth of
-    hashes (as `KeyMemo` does), so a flood of arrays of new hashes costs little
-    more than decoding them whole."""
+    hashes; a run found only in the old generation is copied into the young one,
+    so the runs in use (a system prompt every session sends) stay. A generation
+    that found fewer than `MIN_HIT_SHARE` of the runs it was asked for turns the
+    cutting off for `SKIP_GENERATIONS` generations' worth of hashes (as `KeyMemo`
+    does), so a flood of arrays of new hashes costs little more than decoding them whole."""
 
     def __init__(self, hashes: int) -> None:
         self.hashes = hashes
@@ -160,19 +161,23 @@ class ArrayChunks:
             or text[last] != _CLOSE
         ):
             return self._whole(text, decode, pack)
-        find, get = text.find, self._held.get
+        find, held = text.find, self._held
         runs: list[bytes] = []
         start = 1
         while True:
             cut = find(_CUT, start, last)
             end = last if cut == -1 else cut + 2  # after the quote
             run = text[start:end]
-            keys = get(run)
+            keys = held.young.get(run)
             if keys is None:
-                keys = _run_keys(run, decode, pack)
+                keys = held.old.get(run)
                 if keys is None:
-                    return self._whole(text, decode, pack)
-                self._added(run, keys)
+                    keys = _run_keys(run, decode, pack)
+                    if keys is None:
+                        return self._whole(text, decode, pack)
+                else:
+                    self._found += 1
+                self._added(run, keys)  # into the young generation: used lately
             else:
                 self._found += 1
             runs.append(keys)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.ingest import array_memos
+from service.ingest import fast
 from service.ingest.array_memos import ArrayChunks
 from service.ingest.hashing import key_bytes
 from tests.ingest.test_bulk import assert_bulk_agrees
@@ -131,13 +131,30 @@ def test_a_flood_of_new_hashes_turns_the_cutting_off() -> None:
     assert decoded == [text]  # decoded whole: the memo found nothing for a generation
 
 
-def test_the_process_memo_is_what_lines_use() -> None:
-    before = array_memos.ARRAY_CHUNKS.hashes
-    try:
-        array_memos.use_memo(7)
-        assert array_memos.ARRAY_CHUNKS.hashes == 7
-    finally:
-        array_memos.use_memo(before)
+def test_runs_in_use_stay_held_across_generations() -> None:
+    chunks = ArrayChunks(hashes=10_000)
+    decoded, counting = recording()
+    shared = orjson.dumps(hex_hashes(0, 1000))  # a system prompt every session sends
+    assert chunks.pack(shared, counting, pack) == reference(shared)
+    for new in range(1, 41):  # forty arrays of new hashes: four generations
+        other = orjson.dumps(hex_hashes(new * 10_000, 1000))
+        assert chunks.pack(other, counting, pack) == reference(other)
+        decoded.clear()
+        assert chunks.pack(shared, counting, pack) == reference(shared)
+        assert decoded == [], new
+
+
+def test_a_line_is_keyed_through_the_process_memo(monkeypatch: pytest.MonkeyPatch) -> None:
+    decoded, counting = recording()
+    monkeypatch.setattr(fast, "_decode_hashes", counting)
+    monkeypatch.setattr(fast, "ARRAY_CHUNKS", ArrayChunks(hashes=100_000))
+    arrays = [orjson.dumps(hex_hashes(0, 1000)), orjson.dumps(hex_hashes(64, 1000))]
+    for session, array in zip(("s1", "s2"), arrays, strict=True):
+        record = fast.decode_line(line(session, session, array))
+        assert record is not None
+        assert record.block_hashes == reference(array)
+    hashes_decoded = sum(len(orjson.loads(text)) for text in decoded)
+    assert 1000 < hashes_decoded < 1000 + 64 + 2 * 32, hashes_decoded
 
 
 @SETTINGS
